@@ -1,0 +1,74 @@
+# The course's front door. Every verb prints a short summary; `make help` lists them.
+#
+#   make demo               the tour: run the finished chapters on a built-in workload
+#   make test-chapter-1     your code for chapter 1 (red until you finish the TODOs)
+#   make test-solution-1    the reference solution's tests for chapter 1
+#   make test               everything CI checks
+#   make book | doctor | nvcc-check | skeletons
+#
+# BACKEND=cpu|cuda forces a backend (default: cuda if a GPU works, else the CPU emulator).
+# PYTHON=... uses another Python with numpy + ml_dtypes; SKIP_SETUP=1 skips tools/setup.sh.
+
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/cuda/bin
+
+BACKEND ?= $(shell bash tools/detect_backend.sh)
+BUILD := build/$(BACKEND)
+PYTHON ?= $(CURDIR)/.venv/bin/python
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CHAPTERS := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)))
+
+.PHONY: help setup configure build demo tour test test-chapter-% test-solution-% book doctor \
+        nvcc-check skeletons check-skeletons clean
+
+help:
+	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
+
+setup:
+ifneq ($(SKIP_SETUP),1)
+	@bash tools/setup.sh --quiet
+endif
+
+configure: setup
+	@mkdir -p build
+	@cmake -S . -B $(BUILD) $(GENERATOR) -DPA_BACKEND=$(BACKEND) -DPA_PYTHON=$(PYTHON) \
+	  -DCMAKE_BUILD_TYPE=Release > $(BUILD).configure.log 2>&1 || \
+	  { mkdir -p build; cat $(BUILD).configure.log; echo "cmake failed (log: $(BUILD).configure.log); try: make doctor"; exit 1; }
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo tour: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target tour > $(BUILD).build.log 2>&1 || \
+	  { cat $(BUILD).build.log; exit 1; }
+	@$(BUILD)/demo/tour
+
+# make test-chapter-1: the student's code, built from chapters/01-*.
+test-chapter-%: configure
+	@bash tools/run_chapter.sh $(BUILD) chapter $*
+
+test-solution-%: configure
+	@bash tools/run_chapter.sh $(BUILD) solution $*
+
+test: configure
+	@bash tools/run_tests.sh $(BUILD) $(BACKEND) $(PYTHON)
+
+book: setup
+	@$(dir $(PYTHON))mdbook build book 2>&1 | tail -n 3
+	@echo "The book is in book/book/index.html"
+
+doctor:
+	@bash tools/doctor.sh
+
+nvcc-check:
+	@bash tools/nvcc_check.sh
+
+skeletons:
+	@python3 tools/make_skeletons.py
+
+check-skeletons:
+	@python3 tools/make_skeletons.py --check
+
+clean:
+	rm -rf build book/book

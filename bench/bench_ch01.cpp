@@ -1,0 +1,62 @@
+// GPU benchmark of chapter 1's dense decode kernel on the course's standard shapes
+// (fp16, D = 128), against the read ceiling measured in the same run.
+//   usage: bench_ch01 [--csv FILE] [--md FILE]
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "pa/ch01_dense.h"
+#include "pa/device_buffer.h"
+#include "pa/dtype.h"
+
+int main(int argc, char** argv) {
+  std::string csv, md;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
+    if (!std::strcmp(argv[i], "--md")) md = argv[i + 1];
+  }
+  try {
+    cudaDeviceProp prop;
+    PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const auto ceil = pa::bench::measure_ceilings();
+    struct Shape { int hq, hkv, b, l; };
+    const std::vector<Shape> shapes = {
+        {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
+    std::vector<pa::bench::Row> rows;
+    for (const Shape& sh : shapes) {
+      const pa::ch01::DenseShape s{sh.b, sh.l, sh.hq, sh.hkv, 128};
+      const size_t kv = size_t(s.num_seqs) * s.max_seq_len * s.num_kv_heads * s.head_size;
+      const size_t qn = size_t(s.num_seqs) * s.num_q_heads * s.head_size;
+      // K and V read once each, q read, out written: the fewest bytes decode must move.
+      const double bytes = 2.0 * (2.0 * kv + 2.0 * qn);
+      const int copies = pa::bench::rotation_count(size_t(bytes));
+      std::vector<pa::DeviceBuffer<pa::half>> k, v;
+      for (int c = 0; c < copies; ++c) {
+        k.emplace_back(kv);
+        v.emplace_back(kv);
+        pa::bench::fill_random_half(k.back().get(), kv, 11 + c, false);
+        pa::bench::fill_random_half(v.back().get(), kv, 97 + c, false);
+      }
+      pa::DeviceBuffer<pa::half> q(qn), out(qn);
+      pa::bench::fill_random_half(q.get(), qn, 5, false);
+      pa::DeviceBuffer<int> lens(std::vector<int>(s.num_seqs, s.max_seq_len));
+      const float scale = 1.f / std::sqrt(128.f);
+      const double ms = pa::bench::median_ms([&](int i) {
+        const int c = i % copies;
+        pa::ch01::decode_attention<pa::half>(s, out.get(), q.get(), k[c].get(), v[c].get(),
+                                             lens.get(), scale);
+      });
+      const double tbps = bytes / (ms * 1e-3) / 1e12;
+      rows.push_back({"ch01 dense decode", std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) +
+                                               "/" + std::to_string(sh.b) + "/" + std::to_string(sh.l),
+                      ms * 1e3, bytes, tbps, 100.0 * tbps / ceil.read_tbps});
+    }
+    pa::bench::report(rows, ceil, prop.name, csv, md);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,120 @@
+#include "bench_common.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "pa/check.h"
+#include "pa/launch.h"
+
+namespace pa::bench {
+
+double median_ms(const std::function<void(int)>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  PA_CUDA_CHECK(cudaEventCreate(&a));
+  PA_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    PA_CUDA_CHECK(cudaEventRecord(a));
+    fn(warmup + i);
+    PA_CUDA_CHECK(cudaEventRecord(b));
+    PA_CUDA_CHECK(cudaEventSynchronize(b));
+    PA_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+// Four independent 16-byte loads in flight per thread per iteration; the XOR keeps the
+// loads from being optimised away and is written only in the impossible case.
+__global__ void read_kernel(const uint4* __restrict__ p, size_t n, uint4* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint32_t x = 0;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
+    x ^= a.x ^ b.y ^ c.z ^ d.w ^ a.w ^ b.x ^ c.y ^ d.z;
+  }
+  for (; i < n; i += stride) x ^= p[i].x ^ p[i].w;
+  if (x == 0x9e3779b9u) sink[0] = make_uint4(x, x, x, x);
+}
+
+__global__ void fill_kernel(uint16_t* p, size_t n, uint32_t seed, bool bf16) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+    // Sum of four uniforms, centred: roughly N(0, 1), and never exactly zero in practice.
+    float u = ((h & 0xff) + ((h >> 8) & 0xff) + ((h >> 16) & 0xff) + (h >> 24)) / 255.f;
+    float v = (u - 2.f) * 1.7320508f + 1e-3f;
+    p[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+  }
+}
+
+void fill_random_half(void* ptr, size_t n, uint32_t seed, bool bf16) {
+  launch(fill_kernel, dim3(1024), dim3(256), 0, nullptr, static_cast<uint16_t*>(ptr), n, seed, bf16);
+}
+
+int rotation_count(size_t bytes) {
+  int l2 = 0;
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  const size_t want = size_t(10) * size_t(l2);
+  return int(std::max<size_t>(1, (want + bytes - 1) / bytes));
+}
+
+Ceilings measure_ceilings(size_t bytes) {
+  void *a = nullptr, *b = nullptr, *sink = nullptr;
+  PA_CUDA_CHECK(cudaMalloc(&a, bytes));
+  PA_CUDA_CHECK(cudaMalloc(&b, bytes));
+  PA_CUDA_CHECK(cudaMalloc(&sink, 16));
+  fill_random_half(a, bytes / 2, 1, false);
+  int sms = 0;
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t n = bytes / 16;
+  const double read_ms = median_ms([&](int) {
+    launch(read_kernel, dim3(sms * 8), dim3(512), 0, nullptr, static_cast<const uint4*>(a), n,
+           static_cast<uint4*>(sink));
+  });
+  const double copy_ms = median_ms([&](int) {
+    PA_CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  });
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(sink);
+  return Ceilings{double(bytes) / (read_ms * 1e-3) / 1e12, 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e12};
+}
+
+void report(const std::vector<Row>& rows, const Ceilings& c, const std::string& device,
+            const std::string& csv_path, const std::string& md_path) {
+  char line[512];
+  std::string md;
+  md += "Measured on " + device + ". Ceilings in the same run: read " +
+        std::to_string(c.read_tbps).substr(0, 4) + " TB/s, device-to-device copy " +
+        std::to_string(c.copy_tbps).substr(0, 4) + " TB/s (read + write).\n\n";
+  md += "| kernel | shape (Hq/Hkv/B/L) | time (us) | MB moved | TB/s | % of read ceiling |\n";
+  md += "|---|---|---:|---:|---:|---:|\n";
+  std::printf("\n%-28s %-22s %10s %10s %8s %8s\n", "kernel", "shape (Hq/Hkv/B/L)", "us", "MB",
+              "TB/s", "% read");
+  for (const Row& r : rows) {
+    std::printf("%-28s %-22s %10.1f %10.1f %8.2f %7.1f%%\n", r.kernel.c_str(), r.shape.c_str(),
+                r.us, r.bytes / 1e6, r.tbps, r.pct_of_read);
+    std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.2f | %.1f%% |\n",
+                  r.kernel.c_str(), r.shape.c_str(), r.us, r.bytes / 1e6, r.tbps, r.pct_of_read);
+    md += line;
+  }
+  std::printf("read ceiling %.2f TB/s, copy ceiling %.2f TB/s (%s)\n", c.read_tbps, c.copy_tbps,
+              device.c_str());
+  if (!csv_path.empty()) {
+    std::ofstream csv(csv_path);
+    csv << "kernel,shape,us,bytes,tbps,pct_of_read,read_ceiling_tbps,copy_ceiling_tbps,device\n";
+    for (const Row& r : rows)
+      csv << r.kernel << "," << r.shape << "," << r.us << "," << r.bytes << "," << r.tbps << ","
+          << r.pct_of_read << "," << c.read_tbps << "," << c.copy_tbps << "," << device << "\n";
+  }
+  if (!md_path.empty()) std::ofstream(md_path) << md;
+}
+
+}  // namespace pa::bench

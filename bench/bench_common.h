@@ -1,0 +1,41 @@
+// Shared pieces of the GPU benchmarks: the bandwidth ceilings measured in the same run,
+// event timing (median of many runs), rotated inputs, and the result table.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pa/backend.h"
+
+namespace pa::bench {
+
+// Median milliseconds of `reps` runs of fn(i) after `warmup` runs, timed with CUDA events.
+// fn receives the run index so the caller can rotate among input copies.
+double median_ms(const std::function<void(int)>& fn, int warmup = 5, int reps = 30);
+
+struct Ceilings {
+  double read_tbps;  // a streaming read kernel: bytes read / time
+  double copy_tbps;  // cudaMemcpy device to device: (bytes read + bytes written) / time
+};
+Ceilings measure_ceilings(size_t bytes = size_t(2) << 30);
+
+// Fills a device buffer of n 16-bit values with N(0,1)-like fp16 or bf16 values (never
+// zeros: timing on zeros flatters some kernels).
+void fill_random_half(void* ptr, size_t n, uint32_t seed, bool bf16);
+
+// How many copies of an input of `bytes` to rotate through so that the working set is at
+// least ten times the L2 cache: each timed run then reads from DRAM, not from L2.
+int rotation_count(size_t bytes);
+
+struct Row {
+  std::string kernel, shape;
+  double us, bytes, tbps, pct_of_read;
+};
+// Prints the table, and writes it as CSV and as a Markdown table when paths are given.
+void report(const std::vector<Row>& rows, const Ceilings& c, const std::string& device,
+            const std::string& csv_path, const std::string& md_path);
+
+}  // namespace pa::bench

@@ -1,0 +1,173 @@
+// The course tour (make demo): runs each finished chapter's solution on a built-in
+// workload and prints what that chapter shows.   usage: tour [--chapter N]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pa/ch01_dense.h"
+#include "pa/dtype.h"
+
+namespace {
+
+void banner(int chapter, const char* title) {
+  std::printf("\n== Chapter %d: %s\n", chapter, title);
+}
+
+double gib(int64_t bytes) { return double(bytes) / double(1ll << 30); }
+
+// Chapter 1, part 1: the dense cache's memory bill for the built-in trace.
+void chapter1_memory() {
+  const auto trace = pa::synthetic_trace();
+  const pa::KVConfig cfg;
+  const int64_t budget = 16ll << 30;
+  const auto rep = pa::ch01::dense_memory_report(trace, cfg, budget);
+  int64_t longest = 0, tokens = 0;
+  for (const auto& r : trace) {
+    longest = std::max(longest, r.total());
+    tokens += r.total();
+  }
+  std::printf("Built-in trace: %zu requests, prompt 32-1024 + output 16-512 tokens "
+              "(mean %.0f, longest %lld)\n",
+              trace.size(), double(tokens) / double(trace.size()), (long long)longest);
+  std::printf("Model KV shape: %d layers x %d KV heads x %d dims x %d bytes, K and V = "
+              "%lld KiB per token; max_seq_len %d\n\n",
+              cfg.num_layers, cfg.num_kv_heads, cfg.head_size, cfg.dtype_bytes,
+              (long long)(cfg.bytes_per_token() / 1024), cfg.max_seq_len);
+  std::printf("| dense KV cache, whole trace           | value        |\n");
+  std::printf("|---------------------------------------|--------------|\n");
+  std::printf("| reserved (max_seq_len per request)    | %8.1f GiB |\n", gib(rep.reserved_bytes));
+  std::printf("| used (prompt + output tokens)         | %8.1f GiB |\n", gib(rep.used_bytes));
+  std::printf("| wasted                                | %10.1f %% |\n", 100 * rep.waste_fraction);
+  std::printf("| sequences in a %2lld GiB budget, dense   | %12lld |\n", (long long)(budget >> 30),
+              (long long)rep.dense_seqs_in_budget);
+  std::printf("| sequences if only used slots counted  | %12lld |\n",
+              (long long)rep.ideal_seqs_in_budget);
+  std::printf("\nA dense cache sizes every slab for the longest sequence the model allows, so\n"
+              "%.0f%% of what it reserves is never written. Paging (chapters 2-3) reserves\n"
+              "only the blocks a sequence has filled.\n",
+              100 * rep.waste_fraction);
+}
+
+// Chapter 1, part 2: decode a few steps through the dense cache and check the last
+// step against a float64 computation on the host.
+void chapter1_decode(bool on_gpu) {
+  const pa::ch01::DenseShape s = on_gpu ? pa::ch01::DenseShape{32, 1024, 32, 8, 128}
+                                        : pa::ch01::DenseShape{4, 96, 8, 2, 128};
+  const int prompt_max = s.max_seq_len - 8, steps = 8;
+  const size_t kv_row = size_t(s.num_kv_heads) * s.head_size;
+  const size_t q_row = size_t(s.num_q_heads) * s.head_size;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> len_dist(1, prompt_max);
+  std::vector<int> target(s.num_seqs);
+  for (int& t : target) t = len_dist(rng) + steps;
+
+  pa::ch01::DenseKVCache<pa::half> cache(s);
+  // Host copies of everything appended (as fp16 values) for the check.
+  std::vector<std::vector<float>> k_hist(s.num_seqs), v_hist(s.num_seqs);
+  pa::DeviceBuffer<pa::half> k_new(s.num_seqs * kv_row), v_new(s.num_seqs * kv_row);
+  pa::DeviceBuffer<pa::half> q(s.num_seqs * q_row), out(s.num_seqs * q_row);
+  std::vector<float> q_host;
+  const auto start = std::chrono::steady_clock::now();
+  int longest = 0;
+  for (int t : target) longest = std::max(longest, t);
+  for (int step = 0; step < longest; ++step) {
+    std::vector<bool> active(s.num_seqs);
+    std::vector<pa::half> k(s.num_seqs * kv_row), v(s.num_seqs * kv_row);
+    for (int b = 0; b < s.num_seqs; ++b) {
+      active[b] = step < target[b];
+      for (size_t e = 0; e < kv_row; ++e) {
+        k[b * kv_row + e] = pa::from_float<pa::half>(normal(rng));
+        v[b * kv_row + e] = pa::from_float<pa::half>(normal(rng));
+        if (active[b]) {
+          k_hist[b].push_back(pa::to_float(k[b * kv_row + e]));
+          v_hist[b].push_back(pa::to_float(v[b * kv_row + e]));
+        }
+      }
+    }
+    k_new.upload(k);
+    v_new.upload(v);
+    cache.append(k_new.get(), v_new.get(), active);
+  }
+  std::vector<pa::half> qh(s.num_seqs * q_row);
+  for (auto& x : qh) x = pa::from_float<pa::half>(normal(rng));
+  q.upload(qh);
+  cache.decode(out.get(), q.get());
+  const std::vector<pa::half> got = out.download();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // float64 check of the final decode step.
+  const int group = s.num_q_heads / s.num_kv_heads, D = s.head_size;
+  const double scale = 1.0 / std::sqrt(double(D));
+  double max_err = 0;
+  for (int b = 0; b < s.num_seqs; ++b)
+    for (int h = 0; h < s.num_q_heads; ++h) {
+      const int g = h / group, len = cache.lengths()[b];
+      std::vector<double> score(len);
+      double mx = -1e300, sum = 0;
+      for (int t = 0; t < len; ++t) {
+        double dot = 0;
+        for (int d = 0; d < D; ++d)
+          dot += double(pa::to_float(qh[b * q_row + h * D + d])) * k_hist[b][t * kv_row + g * D + d];
+        score[t] = dot * scale;
+        mx = std::max(mx, score[t]);
+      }
+      for (double& x : score) sum += (x = std::exp(x - mx));
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int t = 0; t < len; ++t) o += score[t] * v_hist[b][t * kv_row + g * D + d];
+        max_err = std::max(max_err, std::fabs(o / sum - pa::to_float(got[b * q_row + h * D + d])));
+      }
+    }
+  std::printf("\nDecode through the dense cache (fp16, %d sequences, %d query heads over %d KV "
+              "heads, head size %d):\n",
+              s.num_seqs, s.num_q_heads, s.num_kv_heads, D);
+  std::printf("  appended %d steps token by token, then one decode step; lengths %d..%d\n",
+              longest, *std::min_element(target.begin(), target.end()), longest);
+  std::printf("  max |error| vs float64 on the host: %.2e (%s); %.2f s on the %s\n", max_err,
+              max_err < 5e-3 ? "ok" : "TOO LARGE", secs, on_gpu ? "GPU" : "CPU emulator");
+  if (max_err >= 5e-3) std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int only = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--chapter") == 0 && i + 1 < argc) only = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: tour [--chapter N]\n");
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop;
+    PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const bool on_gpu = std::strcmp(PA_BACKEND_NAME, "cuda") == 0;
+    if (!only) {
+      std::printf("Paged attention from scratch: the tour\n");
+      std::printf("Backend: %s (%s)\n", PA_BACKEND_NAME, prop.name);
+    }
+    if (!only || only == 1) {
+      banner(1, "the dense KV cache");
+      chapter1_memory();
+      chapter1_decode(on_gpu);
+    }
+    if (!only) {
+      std::printf("\n== Chapters 2-9 (paged storage, block tables, paged attention v1/v2, fp8,\n"
+                  "   copy-on-write, the serving loop, performance) are not written yet.\n");
+      std::printf("\nNext: make test-chapter-1 (your code; red until the TODOs are done).\n");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tour failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

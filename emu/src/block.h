@@ -1,0 +1,97 @@
+// One thread block in flight on one OS worker: its fibers, warps and barrier state.
+#pragma once
+
+#include <boost/context/fiber.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu/cuda_emu.h"
+
+namespace emu {
+
+enum class Order { Forward, Reverse, Random, Greedy };
+struct Schedule {
+  Order order = Order::Forward;
+  uint64_t seed = 1;
+};
+// Parses "forward", "reverse", "random[:SEED]" or "greedy"; returns false if it can't.
+bool parse_schedule(const char* text, Schedule* out);
+
+enum class Wait { None, Block, Warp, Done };
+
+struct Thread {  // one CUDA thread is one fiber
+  boost::context::fiber fiber;
+  uint3 idx{};
+  Wait wait = Wait::None;
+  const char* what = nullptr;  // the primitive it waits in, for messages
+  const char* file = nullptr;
+  int line = 0;
+  uint64_t value = 0;  // what it published to a warp exchange
+  int src = 0;         // the lane it reads from
+  uint64_t result = 0;
+  unsigned ballot = 0;
+};
+
+struct WarpGroup {  // lanes that met (or are meeting) at one warp-level primitive
+  unsigned mask = 0;
+  unsigned arrived = 0;
+  const char* what = nullptr;
+  const char* file = nullptr;
+  int line = 0;
+};
+
+struct Warp {
+  unsigned existing = 0;  // lanes that exist (the last warp of a block may be partial)
+  unsigned exited = 0;
+  std::vector<WarpGroup> pending;
+};
+
+class Block {
+ public:
+  ~Block();
+  // Runs every thread of block `block_idx` to completion; returns "" or an error.
+  std::string run(const std::function<void()>& body, uint3 block_idx, dim3 block_dim,
+                  const Schedule& schedule, size_t stack_bytes);
+
+  // Called from inside fibers, through emu::detail.
+  void syncthreads(int contribution, const char* file, int line);
+  int barrier_count() const { return barrier_result_; }
+  uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ballot,
+                         const char* what, const char* file, int line);
+  unsigned active_mask() const;
+  int lane() const { return current_ % 32; }
+
+ private:
+  void start_fibers(const std::function<void()>& body, size_t stack_bytes);
+  void resume(int i);
+  void yield();
+  [[noreturn]] void fail(const std::string& message);
+  void thread_exited(int i);
+  bool release_block_barrier();
+  std::string describe_waiters() const;
+  std::string where() const;
+
+  std::vector<Thread> threads_;
+  std::vector<Warp> warps_;
+  boost::context::fiber scheduler_;  // the way back to run(), held while a fiber runs
+  int current_ = -1;
+  int live_ = 0;
+  int barrier_accum_ = 0;
+  int barrier_result_ = 0;
+  uint3 block_idx_{};
+  std::string error_;
+  // Fiber stacks, one slot per thread with a guard page below it, mapped once per
+  // worker and reused by every block it runs.
+  char* stacks_ = nullptr;
+  size_t stack_slots_ = 0;
+  size_t slot_bytes_ = 0;
+};
+
+// The block currently running on this OS worker (set by Block::run).
+Block* current_block();
+
+}  // namespace emu

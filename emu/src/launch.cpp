@@ -1,0 +1,207 @@
+// Kernel launch on the emulator: validates the launch like the GPU would, then lets a
+// small pool of OS workers take block indices from an atomic counter.
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "block.h"
+#include "state.h"
+
+namespace emu {
+namespace {
+
+
+thread_local std::vector<unsigned char> tl_dynamic_smem;
+std::string g_schedule_override;
+bool g_has_override = false;
+std::mutex g_attr_mutex;
+std::unordered_map<const void*, size_t> g_smem_optin;  // kernel -> raised dynamic limit
+
+struct Job {
+  const std::function<void()>* body;
+  dim3 grid, block;
+  size_t smem;
+  Schedule schedule;
+  size_t stack_bytes;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::string error;
+};
+
+void run_blocks(Job& job) {
+  thread_local Block block;
+  const uint64_t total = uint64_t(job.grid.x) * job.grid.y * job.grid.z;
+  gridDim = job.grid;
+  blockDim = job.block;
+  for (uint64_t b; !job.failed && (b = job.next++) < total;) {
+    blockIdx = make_uint3(b % job.grid.x, (b / job.grid.x) % job.grid.y,
+                          b / (uint64_t(job.grid.x) * job.grid.y));
+    // Real shared memory starts as garbage: poison it so a read-before-write shows.
+    tl_dynamic_smem.assign(job.smem, 0xFF);
+    std::string err = block.run(*job.body, blockIdx, job.block, job.schedule, job.stack_bytes);
+    if (!err.empty()) {
+      std::lock_guard<std::mutex> lock(job.error_mutex);
+      if (job.error.empty()) job.error = err;
+      job.failed = true;
+    }
+  }
+}
+
+// Persistent workers; the launching thread works too.
+class Pool {
+ public:
+  explicit Pool(int workers) {
+    for (int i = 1; i < workers; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void run(Job& job) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      job_ = &job;
+      ++generation_;
+      busy_ = static_cast<int>(threads_.size());
+    }
+    cv_.notify_all();
+    run_blocks(job);
+    std::unique_lock<std::mutex> lock(m_);
+    done_cv_.wait(lock, [this] { return busy_ == 0; });
+    job_ = nullptr;
+  }
+  int size() const { return static_cast<int>(threads_.size()) + 1; }
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      Job* job;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      run_blocks(*job);
+      std::lock_guard<std::mutex> lock(m_);
+      if (--busy_ == 0) done_cv_.notify_one();
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::condition_variable cv_, done_cv_;
+  Job* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int busy_ = 0;
+  bool stop_ = false;
+};
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  int x = std::atoi(v);
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+Pool& pool() {
+  static Pool p(env_int("PA_EMU_WORKERS",
+                        std::max(1u, std::min(16u, std::thread::hardware_concurrency())), 1, 256));
+  return p;
+}
+
+std::string dims(dim3 d) {
+  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+}  // namespace
+
+int worker_count() { return pool().size(); }
+
+void set_schedule(const char* order) {
+  g_has_override = order != nullptr;
+  g_schedule_override = order ? order : "";
+}
+
+const char* schedule() {
+  if (g_has_override) return g_schedule_override.c_str();
+  const char* env = std::getenv("PA_EMU_SCHEDULE");
+  return env && *env ? env : "forward";
+}
+
+void set_max_dynamic_smem(const void* kernel, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_attr_mutex);
+  g_smem_optin[kernel] = bytes;
+}
+
+cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t smem,
+                   const std::function<void()>& body) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+    return set_error(cudaErrorInvalidConfiguration,
+                     "kernel launch: invalid grid " + dims(grid));
+  if (threads == 0 || threads > 1024 || block.z > 64)
+    return set_error(cudaErrorInvalidConfiguration,
+                     "kernel launch: invalid block " + dims(block) +
+                         " (at most 1024 threads, z at most 64)");
+  size_t limit = kDefaultSmemLimit;
+  {
+    std::lock_guard<std::mutex> lock(g_attr_mutex);
+    auto it = g_smem_optin.find(kernel);
+    if (it != g_smem_optin.end()) limit = it->second;
+  }
+  if (smem > limit)
+    return set_error(cudaErrorInvalidValue,
+                     "kernel launch: " + std::to_string(smem) +
+                         " bytes of dynamic shared memory, over the limit of " +
+                         std::to_string(limit) +
+                         (limit == kDefaultSmemLimit
+                              ? " (raise it with cudaFuncSetAttribute("
+                                "kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))"
+                              : ""));
+  Job job;
+  job.body = &body;
+  job.grid = grid;
+  job.block = block;
+  job.smem = smem;
+  job.stack_bytes = size_t(env_int("PA_EMU_STACK_KB", 256, 16, 65536)) * 1024;
+  if (!parse_schedule(schedule(), &job.schedule))
+    return set_error(cudaErrorInvalidValue,
+                     std::string("PA_EMU_SCHEDULE=") + schedule() +
+                         " is not one of: forward, reverse, random:SEED, greedy");
+  pool().run(job);
+  if (job.failed) return set_error(cudaErrorLaunchFailure, "emulator: " + job.error);
+  return cudaSuccess;
+}
+
+namespace detail {
+void syncthreads(const char* file, int line) { current_block()->syncthreads(0, file, line); }
+int syncthreads_count(int predicate, const char* file, int line) {
+  current_block()->syncthreads(predicate, file, line);
+  return current_block()->barrier_count();
+}
+void syncwarp(unsigned mask, const char* file, int line) {
+  current_block()->warp_exchange(mask, 0, current_block()->lane(), nullptr, "__syncwarp",
+                                 file, line);
+}
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ballot,
+                       const char* what, const char* file, int line) {
+  return current_block()->warp_exchange(mask, value, src_lane, ballot, what, file, line);
+}
+unsigned active_mask() { return current_block()->active_mask(); }
+int lane_id() { return current_block()->lane(); }
+void* dynamic_shared_memory() { return tl_dynamic_smem.data(); }
+}  // namespace detail
+
+}  // namespace emu

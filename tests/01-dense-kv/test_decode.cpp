@@ -1,0 +1,86 @@
+// Chapter 1: dense decode attention against the float64 NumPy reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "compare.h"
+#include "golden.h"
+#include "pa/ch01_dense.h"
+
+namespace {
+
+using pa::ch01::DenseShape;
+using pa::test::GoldenCase;
+
+DenseShape shape_of(const GoldenCase& c) {
+  const auto q = c.shape("q"), k = c.shape("k_cache");  // q [B,Hq,D], k [B,L,Hkv,D]
+  return DenseShape{int(q[0]), int(k[1]), int(q[1]), int(k[2]), int(q[2])};
+}
+
+// Runs the kernel on one golden case (inputs in dtype T) and compares with `expected`.
+template <typename T>
+void check_case(const GoldenCase& c) {
+  const DenseShape s = shape_of(c);
+  pa::DeviceBuffer<T> q(pa::test::to_dtype<T>(c.get<float>("q")));
+  pa::DeviceBuffer<T> k(pa::test::to_dtype<T>(c.get<float>("k_cache")));
+  pa::DeviceBuffer<T> v(pa::test::to_dtype<T>(c.get<float>("v_cache")));
+  pa::DeviceBuffer<int> lens(c.get<int>("context_lens"));
+  pa::DeviceBuffer<T> out(c.get<double>("expected").size());
+  out.fill_bytes(0xFF);  // poison: an output the kernel never writes stays NaN
+  const float scale = static_cast<float>(c.get<double>("scale")[0]);
+  pa::ch01::decode_attention<T>(s, out.get(), q.get(), k.get(), v.get(), lens.get(), scale);
+  EXPECT_TRUE(pa::test::all_close(out.download(), c.get<double>("expected"),
+                                  c.param_double("atol"), c.param_double("rtol")))
+      << "case " << c.name() << ": " << c.param("note");
+}
+
+class DecodeGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeGolden, MatchesReference) {
+  const GoldenCase c(pa::test::golden_dir("ch01") + "/" + GetParam());
+  switch (pa::parse_dtype(c.param("dtype"))) {
+    case pa::DType::fp32: return check_case<float>(c);
+    case pa::DType::fp16: return check_case<pa::half>(c);
+    case pa::DType::bf16: return check_case<pa::bf16>(c);
+  }
+}
+
+std::vector<std::string> decode_case_names() {
+  std::vector<std::string> names;
+  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch01"), "decode_"))
+    names.push_back(c.name());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch01, DecodeGolden, ::testing::ValuesIn(decode_case_names()),
+                         [](const auto& info) { return info.param; });
+
+// ---- Bad shapes are refused with a message naming the problem --------------------------
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const pa::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(DecodeErrors, BadShapesAreRefusedClearly) {
+  pa::DeviceBuffer<float> buf(1 << 16);
+  pa::DeviceBuffer<int> lens(4);
+  auto run = [&](DenseShape s) {
+    return error_of([&] {
+      pa::ch01::decode_attention<float>(s, buf.get(), buf.get(), buf.get(), buf.get(),
+                                        lens.get(), 1.f);
+    });
+  };
+  EXPECT_NE(run({2, 16, 6, 4, 64}).find("multiple of num_kv_heads"), std::string::npos);
+  EXPECT_NE(run({2, 16, 4, 4, 100}).find("head_size 100 is not supported"), std::string::npos);
+  EXPECT_NE(run({0, 16, 4, 4, 64}).find("num_seqs must be positive"), std::string::npos);
+  EXPECT_NE(run({2, -1, 4, 4, 64}).find("max_seq_len must be positive"), std::string::npos);
+  EXPECT_NE(run({2, 16, 4, 0, 64}).find("head counts must be positive"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,53 @@
+// Chapter 1: the memory a dense cache wastes on the built-in trace, against the reference.
+#include <gtest/gtest.h>
+
+#include "golden.h"
+#include "pa/ch01_dense.h"
+
+namespace {
+
+TEST(MemoryReport, TraceIsBitExactWithTheReference) {
+  const pa::test::GoldenCase c(pa::test::golden_dir("ch01") + "/trace_default");
+  const auto trace = pa::synthetic_trace(c.param_int("seed"), int(c.param_int("num_requests")));
+  const auto prompts = c.get<int64_t>("prompt_lens"), outputs = c.get<int64_t>("output_lens");
+  ASSERT_EQ(trace.size(), prompts.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    ASSERT_EQ(trace[i].prompt_len, prompts[i]) << "request " << i;
+    ASSERT_EQ(trace[i].output_len, outputs[i]) << "request " << i;
+  }
+}
+
+TEST(MemoryReport, MatchesReference) {
+  const pa::test::GoldenCase c(pa::test::golden_dir("ch01") + "/trace_default");
+  pa::KVConfig cfg;
+  cfg.num_layers = int(c.param_int("num_layers"));
+  cfg.num_kv_heads = int(c.param_int("num_kv_heads"));
+  cfg.head_size = int(c.param_int("head_size"));
+  cfg.dtype_bytes = int(c.param_int("dtype_bytes"));
+  cfg.max_seq_len = int(c.param_int("max_seq_len"));
+  const auto rep = pa::ch01::dense_memory_report(pa::synthetic_trace(), cfg,
+                                                 c.param_int("budget_bytes"));
+  EXPECT_EQ(rep.reserved_bytes, c.get<int64_t>("reserved_bytes")[0]);
+  EXPECT_EQ(rep.used_bytes, c.get<int64_t>("used_bytes")[0]);
+  EXPECT_NEAR(rep.waste_fraction, c.get<double>("waste_fraction")[0], 1e-12);
+  EXPECT_EQ(rep.dense_seqs_in_budget, c.get<int64_t>("dense_seqs_in_budget")[0]);
+  EXPECT_EQ(rep.ideal_seqs_in_budget, c.get<int64_t>("ideal_seqs_in_budget")[0]);
+}
+
+TEST(MemoryReport, HandExample) {
+  pa::KVConfig cfg{1, 1, 1, 1, 10};  // 2 bytes per token
+  const auto rep = pa::ch01::dense_memory_report({{3, 2}, {1, 0}}, cfg, 100);
+  EXPECT_EQ(rep.reserved_bytes, 40);
+  EXPECT_EQ(rep.used_bytes, 12);
+  EXPECT_DOUBLE_EQ(rep.waste_fraction, 0.7);
+  EXPECT_EQ(rep.dense_seqs_in_budget, 5);
+  EXPECT_EQ(rep.ideal_seqs_in_budget, 16);  // 100 / (3 tokens * 2 bytes)
+}
+
+TEST(MemoryReport, RequestLongerThanTheContextIsAnError) {
+  pa::KVConfig cfg;
+  EXPECT_THROW(pa::ch01::dense_memory_report({{2000, 100}}, cfg, 1 << 30), pa::Error);
+  EXPECT_THROW(pa::ch01::dense_memory_report({}, cfg, 1 << 30), pa::Error);
+}
+
+}  // namespace

@@ -1,0 +1,56 @@
+// Comparing a kernel's output with the reference, with a message that helps: the first
+// mismatching index, the largest absolute and relative errors, and the tolerance used.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pa/dtype.h"
+
+namespace pa::test {
+
+// Passes when every |got - want| <= atol + rtol * |want| and nothing is NaN.
+template <typename G>
+::testing::AssertionResult all_close(const std::vector<G>& got, const std::vector<double>& want,
+                                     double atol, double rtol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure()
+           << "size mismatch: got " << got.size() << " values, want " << want.size();
+  size_t bad = 0, first = got.size(), nans = 0;
+  double max_abs = 0, max_rel = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(to_float(got[i]));
+    const double err = std::fabs(g - want[i]);
+    nans += std::isnan(g) ? 1 : 0;
+    const bool ok = !std::isnan(g) && err <= atol + rtol * std::fabs(want[i]);
+    if (!ok && bad++ == 0) first = i;
+    if (!std::isnan(err)) {
+      max_abs = std::max(max_abs, err);
+      if (want[i] != 0) max_rel = std::max(max_rel, err / std::fabs(want[i]));
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << bad << " of " << got.size() << " values differ; first at index " << first << ": got "
+     << to_float(got[first]) << ", want " << want[first] << "; max abs error " << max_abs
+     << ", max rel error " << max_rel << "; tolerance atol " << atol << " + rtol " << rtol
+     << " * |want|";
+  if (nans)
+    os << "; " << nans << " NaN values, not counted in the maxima (NaN: an output never "
+       << "written, or a poisoned slot that was read)";
+  return ::testing::AssertionFailure() << os.str();
+}
+
+// Converts reference float values (already exact in T) to T.
+template <typename T>
+std::vector<T> to_dtype(const std::vector<float>& x) {
+  std::vector<T> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = from_float<T>(x[i]);
+  return out;
+}
+
+}  // namespace pa::test

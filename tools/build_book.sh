@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# make book: regenerate the outputs the book shows (from real runs), then build it.
+#   usage: build_book.sh BUILD_DIR PYTHON
+set -euo pipefail
+build=$1 python=$2
+gen=book/src/generated
+mkdir -p "$gen"
+here="$(pwd)/"
+
+# The exact red output of the untouched chapter 1 skeleton: its first failure and the
+# closing summary.
+cmake --build "$build" --target test_ch01_chapter tour > /dev/null
+red=$(bash tools/run_chapter.sh "$build" chapter 1 2>&1 || true)
+{
+    echo "\$ make test-chapter-1"
+    head -n 9 <<<"$red"
+    echo "[... one such report per failing test ...]"
+    tail -n 8 <<<"$red"
+} | sed "s|$here||g" > "$gen/ch01-red.txt"
+
+# What the tour prints for chapter 1 on this machine.
+"$build/demo/tour" --chapter 1 > "$gen/ch01-tour.txt"
+
+mdbook="$(dirname "$python")/mdbook"
+[ -x "$mdbook" ] || mdbook=$(command -v mdbook) || { echo "mdbook not found: run tools/setup.sh"; exit 1; }
+"$mdbook" build book

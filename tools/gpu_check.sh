@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On a GPU machine: build the CUDA backend, run every test, compute-sanitizer memcheck and
+# racecheck, the tour and the benchmarks. Results go to $OUT (default: build/gpu-check):
+# summary.txt, bench_*.md/csv, and every log in logs.tgz.
+#   usage: bash tools/gpu_check.sh [ARCH]        (ARCH default 90)
+set -uo pipefail
+arch=${1:-90}
+top=${OUT:-build/gpu-check}
+out=$top/logs
+mkdir -p "$out"
+build=build/cuda
+export PATH=$PATH:/usr/local/cuda/bin
+summary=()
+run() {  # run NAME COMMAND...: log to $out/NAME.log, remember pass/fail
+    local name=$1 start=$SECONDS
+    shift
+    if "$@" > "$out/$name.log" 2>&1; then r=ok; else r=FAIL; fi
+    summary+=("$(printf '%-5s %-28s %4ss' "$r" "$name" $((SECONDS - start)))")
+    echo "${summary[-1]}"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
+run configure cmake -S . -B $build -G Ninja -DPA_BACKEND=cuda -DCMAKE_CUDA_ARCHITECTURES=$arch \
+    -DPA_PYTHON=python3 -DCMAKE_BUILD_TYPE=Release
+run build cmake --build $build -j 16
+run test_common $build/test_common
+run test_emu $build/tests/emu/test_emu
+for t in $build/test_ch*_solution; do run "$(basename "$t")" "$t"; done
+for t in $build/test_ch*_chapter; do
+    name=$(basename "$t")
+    if "$t" --gtest_brief=1 > "$out/$name.log" 2>&1; then
+        summary+=("FAIL  $name (the skeleton passed!)")
+    else
+        summary+=("ok    $name fails, as a skeleton must")
+    fi
+done
+for t in $build/test_ch*_solution $build/tests/emu/test_emu; do
+    n=$(basename "$t")
+    run "memcheck_$n" compute-sanitizer --tool memcheck --error-exitcode 1 "$t"
+    run "racecheck_$n" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 1 "$t"
+done
+run tour $build/demo/tour
+for b in $build/bench/bench_ch*; do
+    n=$(basename "$b")
+    run "$n" "$b" --csv "$top/$n.csv" --md "$top/$n.md"
+done
+echo
+printf '%s\n' "${summary[@]}" | tee "$top/summary.txt"
+# At most a few files come back from a lent GPU: pack the logs into one.
+tar -czf "$top/logs.tgz" -C "$top" logs && rm -rf "$out"

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Generate the student skeletons in chapters/ from the solutions in solutions/.
+
+solutions/NN-slug/ is the source of truth. Every file in it is written to
+chapters/NN-slug/ at the same relative path, with each answer region replaced
+by a stub:
+
+    // TODO(ch01): hint lines above the region are ordinary lines: kept as is
+    // BEGIN SOLUTION(ch01)
+    ...answer code...
+    // STUB: PA_TODO("ch01");      <- optional; zero or more, anywhere inside
+    // END SOLUTION
+
+becomes
+
+    // TODO(ch01): hint lines above the region are ordinary lines: kept as is
+    PA_TODO("ch01");
+
+If a region has no STUB lines, it becomes a single `// (your code here)` line.
+mdBook anchor lines (ANCHOR: / ANCHOR_END:) inside a region are kept, so that
+the book can include the same anchor from a skeleton. Python, shell and CMake
+files use `#` instead of `//`.
+
+Usage:
+    python3 tools/make_skeletons.py              # regenerate chapters/
+    python3 tools/make_skeletons.py --check      # exit 1 if chapters/ is stale
+    python3 tools/make_skeletons.py --chapter 04 # only chapters/04-*
+    python3 tools/make_skeletons.py --root DIR   # work on another tree (tests)
+
+Students edit chapters/; instructors edit solutions/ and rerun this script,
+which overwrites chapters/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+CHAPTER_DIR = re.compile(r"^\d\d-[A-Za-z0-9_.-]+$")
+
+# Comment prefix per kind of file. Only these files may hold answer regions.
+SLASH_SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx",
+                  ".cu", ".cuh", ".inl", ".ipp"}
+HASH_SUFFIXES = {".py", ".sh", ".cmake"}
+HASH_NAMES = {"CMakeLists.txt"}
+
+# Never generated, never reported as extra, never deleted.
+IGNORED_NAMES = {"__pycache__", ".pytest_cache", ".DS_Store"}
+IGNORED_SUFFIXES = {".pyc", ".pyo"}
+
+HEADER = ("{c} Your exercise file. (Generated from solutions/{path}; "
+          "instructors regenerate with tools/make_skeletons.py.)")
+DEFAULT_STUB = "{c} (your code here)"
+
+
+class RegionError(Exception):
+    """A malformed answer region; the message starts with file:line."""
+
+
+@dataclass
+class Output:
+    data: bytes
+    executable: bool
+
+
+def comment_prefix(path: Path) -> str | None:
+    if path.suffix in SLASH_SUFFIXES:
+        return "//"
+    if path.suffix in HASH_SUFFIXES or path.name in HASH_NAMES:
+        return "#"
+    return None
+
+
+def marker_patterns(c: str):
+    c = re.escape(c)
+    return {
+        # BEGIN SOLUTION, optionally followed by a tag: BEGIN SOLUTION(ch04)
+        "begin": re.compile(rf"^(\s*){c}\s*BEGIN SOLUTION\b"),
+        "end": re.compile(rf"^\s*{c}\s*END SOLUTION\b"),
+        # The stub text is everything after "STUB:" and one optional space,
+        # so extra spaces keep their meaning as relative indentation.
+        "stub": re.compile(rf"^\s*{c}\s*STUB:(?: ?)(.*)$"),
+        "anchor": re.compile(r"\bANCHOR(?:_END)?:"),
+    }
+
+
+def transform(text: str, display: str, c: str) -> tuple[str, int]:
+    """Replace the answer regions of `text`. Returns (new text, region count).
+
+    `display` is the path used in error messages, `c` the comment prefix.
+    """
+    pat = marker_patterns(c)
+    lines = text.split("\n")  # a trailing newline leaves a final "" element
+    out: list[str] = []
+    regions = 0
+    region = None  # while inside a region: dict(line=, indent=, ...)
+
+    for lineno, line in enumerate(lines, start=1):
+        where = f"{display}:{lineno}"
+        begin = pat["begin"].match(line)
+        if begin:
+            if region is not None:
+                raise RegionError(
+                    f"{where}: BEGIN SOLUTION inside the region opened at "
+                    f"line {region['line']} (regions cannot nest)")
+            region = {"line": lineno, "indent": begin.group(1),
+                      "stubs": [], "anchors_before": [], "anchors_after": [],
+                      "seen_code": False}
+            continue
+        if pat["end"].match(line):
+            if region is None:
+                raise RegionError(f"{where}: END SOLUTION without BEGIN SOLUTION")
+            out.extend(region["anchors_before"])
+            if region["stubs"]:
+                out.extend(region["stubs"])
+            else:
+                out.append(region["indent"] + DEFAULT_STUB.format(c=c))
+            out.extend(region["anchors_after"])
+            regions += 1
+            region = None
+            continue
+        stub = pat["stub"].match(line)
+        if region is None:
+            if stub:
+                raise RegionError(f"{where}: STUB: line outside a "
+                                  "BEGIN SOLUTION / END SOLUTION region")
+            out.append(line)
+            continue
+        # Inside a region.
+        if stub:
+            body = stub.group(1).rstrip()
+            region["stubs"].append(region["indent"] + body if body else "")
+            region["seen_code"] = True
+        elif pat["anchor"].search(line):
+            key = "anchors_after" if region["seen_code"] else "anchors_before"
+            region[key].append(line)
+        elif line.strip():
+            region["seen_code"] = True
+        # Answer lines are dropped.
+
+    if region is not None:
+        raise RegionError(f"{display}:{region['line']}: BEGIN SOLUTION "
+                          "without END SOLUTION")
+    return "\n".join(out), regions
+
+
+def add_header(text: str, rel: str, c: str) -> str:
+    """Put the exercise-file header first, or after `#pragma once` / a shebang."""
+    header = HEADER.format(c=c, path=rel)
+    lines = text.split("\n")
+    first = lines[0].strip() if lines else ""
+    at = 1 if (first == "#pragma once" or first.startswith("#!")) else 0
+    lines.insert(at, header)
+    return "\n".join(lines)
+
+
+def render(src: Path, rel: str) -> Output:
+    """The chapter file for one solution file."""
+    raw = src.read_bytes()
+    executable = bool(src.stat().st_mode & stat.S_IXUSR)
+    c = comment_prefix(src)
+    display = f"solutions/{rel}"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Output(raw, executable)  # binary: copied verbatim
+    if c is None:
+        marker = re.search(r"\b(BEGIN|END) SOLUTION\b", text)
+        if marker:
+            lineno = text.count("\n", 0, marker.start()) + 1
+            raise RegionError(
+                f"{display}:{lineno}: answer markers in a file type with no "
+                "known comment style (extend SLASH_SUFFIXES or HASH_SUFFIXES "
+                "in tools/make_skeletons.py)")
+        return Output(raw, executable)
+    normalized = text.replace("\r\n", "\n")
+    new, regions = transform(normalized, display, c)
+    if regions == 0:
+        return Output(raw, executable)  # no regions: copied verbatim
+    return Output(add_header(new, rel, c).encode("utf-8"), executable)
+
+
+def ignored(path: Path) -> bool:
+    return path.name in IGNORED_NAMES or path.suffix in IGNORED_SUFFIXES
+
+
+def walk_files(top: Path) -> list[Path]:
+    """All files under `top`, sorted, skipping caches."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not ignored(Path(d)))
+        for name in sorted(filenames):
+            if not ignored(Path(name)):
+                found.append(Path(dirpath) / name)
+    return sorted(found)
+
+
+def chapter_names(parent: Path) -> list[str]:
+    if not parent.is_dir():
+        return []
+    return sorted(p.name for p in parent.iterdir()
+                  if p.is_dir() and CHAPTER_DIR.match(p.name))
+
+
+def select(names: list[str], chapter: str | None) -> list[str]:
+    if chapter is None:
+        return names
+    return [n for n in names if n.startswith(chapter + "-")]
+
+
+def expected_tree(root: Path, chapter: str | None) -> dict[str, Output]:
+    """Map from path relative to chapters/ to the content it must have."""
+    solutions = root / "solutions"
+    want: dict[str, Output] = {}
+    for name in select(chapter_names(solutions), chapter):
+        for src in walk_files(solutions / name):
+            rel = src.relative_to(solutions).as_posix()
+            want[rel] = render(src, rel)
+    return want
+
+
+def actual_files(root: Path, chapter: str | None) -> list[str]:
+    """Files now in the chapter dirs this generator owns."""
+    chapters = root / "chapters"
+    return [p.relative_to(chapters).as_posix()
+            for name in select(chapter_names(chapters), chapter)
+            for p in walk_files(chapters / name)]
+
+
+def differs(path: Path, want: Output) -> bool:
+    if not path.is_file() or path.is_symlink():
+        return True
+    if path.read_bytes() != want.data:
+        return True
+    return bool(path.stat().st_mode & stat.S_IXUSR) != want.executable
+
+
+def check(root: Path, chapter: str | None) -> int:
+    want = expected_tree(root, chapter)
+    chapters = root / "chapters"
+    stale = []
+    for rel, out in sorted(want.items()):
+        path = chapters / rel
+        if not path.exists():
+            stale.append(f"chapters/{rel} (missing)")
+        elif differs(path, out):
+            stale.append(f"chapters/{rel} (differs)")
+    for rel in actual_files(root, chapter):
+        if rel not in want:
+            stale.append(f"chapters/{rel} (no solution file: should be deleted)")
+    if stale:
+        for line in stale:
+            print(line)
+        print("chapters/ is stale: run python3 tools/make_skeletons.py")
+        return 1
+    print(f"chapters/ is up to date ({len(want)} files)")
+    return 0
+
+
+def generate(root: Path, chapter: str | None) -> int:
+    want = expected_tree(root, chapter)  # raises before anything is written
+    chapters = root / "chapters"
+    written = removed = 0
+    for rel, out in sorted(want.items()):
+        path = chapters / rel
+        if not differs(path, out):
+            continue  # leave mtimes alone so builds stay incremental
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_symlink():
+            path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(out.data)
+        mode = 0o755 if out.executable else 0o644
+        os.chmod(path, mode)
+        written += 1
+
+    # Delete what no longer has a solution file, and chapter dirs whose
+    # solution chapter is gone.
+    solution_chapters = set(chapter_names(root / "solutions"))
+    for name in select(chapter_names(chapters), chapter):
+        top = chapters / name
+        if name not in solution_chapters:
+            removed += sum(1 for _ in walk_files(top))
+            shutil.rmtree(top)
+            continue
+        for p in walk_files(top):
+            if p.relative_to(chapters).as_posix() not in want:
+                p.unlink()
+                removed += 1
+        # Remove directories left empty, deepest first.
+        for dirpath, _dirs, _files in sorted(os.walk(top), reverse=True):
+            d = Path(dirpath)
+            if d != top and not any(d.iterdir()):
+                d.rmdir()
+
+    print(f"chapters/: {len(want)} files, {written} written, {removed} removed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Generate chapters/ (student skeletons) from solutions/.")
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if chapters/ is stale")
+    parser.add_argument("--chapter", metavar="NN",
+                        help="only this chapter, e.g. 04")
+    parser.add_argument("--root", metavar="DIR", type=Path,
+                        default=Path(__file__).resolve().parent.parent,
+                        help="repository root (default: this script's ../)")
+    args = parser.parse_args(argv)
+
+    root = args.root.resolve()
+    if not (root / "solutions").is_dir():
+        print(f"make_skeletons: no solutions/ directory in {root}", file=sys.stderr)
+        return 2
+
+    chapter = None
+    if args.chapter is not None:
+        digits = args.chapter.lower().removeprefix("ch")
+        if not digits.isdigit():
+            parser.error(f"--chapter wants a number like 04, got {args.chapter!r}")
+        chapter = f"{int(digits):02d}"
+        if not select(chapter_names(root / "solutions"), chapter):
+            print(f"make_skeletons: no solutions/{chapter}-* directory",
+                  file=sys.stderr)
+            return 2
+
+    try:
+        return check(root, chapter) if args.check else generate(root, chapter)
+    except RegionError as err:
+        print(f"make_skeletons: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# make test: everything CI checks, each step timed, with a summary at the end.
+#   usage: run_tests.sh BUILD_DIR BACKEND PYTHON
+set -uo pipefail
+build=$1 backend=$2 python=$3
+logs=$build/test-logs
+mkdir -p "$logs"
+results=()
+n_pass=0 n_fail=0
+
+# step NAME COMMAND...: runs the command quietly (log in $logs), records pass/fail.
+step() {
+    local name=$1 start=$SECONDS log
+    shift
+    log="$logs/$(echo "$name" | tr -c 'A-Za-z0-9' '_').log"
+    printf '  %-58s ' "$name"
+    if "$@" > "$log" 2>&1; then
+        printf 'ok    (%ss)\n' $((SECONDS - start))
+        results+=("ok    $name")
+        n_pass=$((n_pass + 1))
+    else
+        printf 'FAIL  (%ss)\n' $((SECONDS - start))
+        echo "------ last lines of $log"
+        tail -n 25 "$log" | sed 's/^/  | /'
+        echo "------"
+        results+=("FAIL  $name   (log: $log)")
+        n_fail=$((n_fail + 1))
+    fi
+}
+
+# The skeleton must build, and its tests must run and FAIL (a stub never passes).
+skeleton_fails() {
+    local bin=$1 out status failed total
+    out=$("$bin" --gtest_brief=1 2>&1)
+    status=$?
+    echo "$out"
+    total=$(sed -nE 's/^\[=+\] ([0-9]+) tests? from .* ran.*/\1/p' <<<"$out" | tail -n 1)
+    failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' <<<"$out")
+    if [ "$status" = 1 ] && [ "${failed:-0}" -gt 0 ]; then
+        echo "skeleton: $failed of $total tests fail, as they must before the exercises are done"
+        return 0
+    fi
+    echo "skeleton: expected failing tests (exit 1); got exit $status with ${failed:-0} failures"
+    return 1
+}
+
+echo "== make test ($backend backend, build in $build)"
+step "build everything" cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
+step "reference self-tests (pytest reference/)" \
+    bash -c "cd reference && '$python' -m pytest -q -p no:cacheprovider"
+step "skeleton generator tests (pytest tools/)" \
+    "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py
+step "chapters/ is generated from solutions/ and current" \
+    "$python" tools/make_skeletons.py --check
+step "golden-case reader (test_common)" "$build/test_common"
+if [ "$backend" = cpu ]; then
+    for order in forward reverse greedy random:1; do
+        step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"
+    done
+else
+    step "emulator semantics tests on the GPU" "$build/tests/emu/test_emu"
+fi
+for dir in solutions/[0-9][0-9]-*/; do
+    slug=$(basename "$dir")
+    num=${slug%%-*}
+    if [ "$backend" = cpu ]; then
+        for order in forward greedy; do
+            step "chapter $num solution tests, schedule $order" \
+                env PA_EMU_SCHEDULE=$order "$build/test_ch${num}_solution"
+        done
+    else
+        step "chapter $num solution tests" "$build/test_ch${num}_solution"
+    fi
+    step "chapter $num skeleton compiles and fails its tests" skeleton_fails "$build/test_ch${num}_chapter"
+done
+step "the tour runs (make demo)" "$build/demo/tour"
+step "the book builds (mdbook)" bash tools/build_book.sh "$build" "$python"
+
+echo
+echo "== Summary"
+printf '  %s\n' "${results[@]}"
+echo
+echo "$n_pass passed, $n_fail failed"
+[ "$n_fail" = 0 ]

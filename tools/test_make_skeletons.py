@@ -1,0 +1,225 @@
+"""Tests for tools/make_skeletons.py. Run: .venv/bin/python -m pytest tools/
+
+Each test builds a small fake repository (solutions/ and chapters/) in
+tmp_path and runs the script on it with --root, as a student or CI would.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent / "make_skeletons.py"
+HEADER = ("// Your exercise file. (Generated from solutions/{}; "
+          "instructors regenerate with tools/make_skeletons.py.)")
+
+
+def run(root, *args):
+    return subprocess.run([sys.executable, str(SCRIPT), "--root", str(root), *args],
+                          capture_output=True, text=True)
+
+
+def write(root, rel, text):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def read(root, rel):
+    return (root / rel).read_text()
+
+
+def test_stub_lines_replace_the_region_and_hint_is_kept(tmp_path):
+    write(tmp_path, "solutions/01-dense/kv.cu", """
+        int answer() {
+            // TODO(ch01): return the answer.
+            // Hint: it is six times seven.
+            // BEGIN SOLUTION(ch01)
+            int a = 6;
+            // STUB: PA_TODO("ch01");
+            //STUB:   return 0;
+            return a * 7;
+            // END SOLUTION
+        }
+        """)
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert read(tmp_path, "chapters/01-dense/kv.cu") == HEADER.format("01-dense/kv.cu") + "\n" + textwrap.dedent("""
+        int answer() {
+            // TODO(ch01): return the answer.
+            // Hint: it is six times seven.
+            PA_TODO("ch01");
+              return 0;
+        }
+        """).lstrip("\n")
+
+
+def test_default_stub_and_python_comments(tmp_path):
+    write(tmp_path, "solutions/02-paged/a.py", """
+        #!/usr/bin/env python3
+        def f():
+            # TODO(ch02): compute it
+            # BEGIN SOLUTION
+            return 42
+            # END SOLUTION
+        """)
+    assert run(tmp_path).returncode == 0
+    assert read(tmp_path, "chapters/02-paged/a.py") == textwrap.dedent("""
+        #!/usr/bin/env python3
+        # Your exercise file. (Generated from solutions/02-paged/a.py; instructors regenerate with tools/make_skeletons.py.)
+        def f():
+            # TODO(ch02): compute it
+            # (your code here)
+        """).lstrip("\n")
+
+
+def test_header_goes_after_pragma_once(tmp_path):
+    write(tmp_path, "solutions/01-a/x.h", """
+        #pragma once
+        inline int g() {
+          // BEGIN SOLUTION
+          return 1;
+          // END SOLUTION
+        }
+        """)
+    assert run(tmp_path).returncode == 0
+    lines = read(tmp_path, "chapters/01-a/x.h").splitlines()
+    assert lines[0] == "#pragma once"
+    assert lines[1] == HEADER.format("01-a/x.h")
+    assert lines[3] == "  // (your code here)"
+
+
+def test_anchors_inside_a_region_are_kept_around_the_stub(tmp_path):
+    write(tmp_path, "solutions/03-v1/k.cu", """
+        // ANCHOR: whole
+        __global__ void k(float* out) {
+          // BEGIN SOLUTION
+          // ANCHOR: inner
+          float x = 1.0f;
+          // STUB: // device stub: writes nothing
+          out[0] = x;
+          // ANCHOR_END: inner
+          // END SOLUTION
+        }
+        // ANCHOR_END: whole
+        """)
+    assert run(tmp_path).returncode == 0
+    body = read(tmp_path, "chapters/03-v1/k.cu").splitlines()[1:]
+    assert body == [
+        "// ANCHOR: whole",
+        "__global__ void k(float* out) {",
+        "  // ANCHOR: inner",
+        "  // device stub: writes nothing",
+        "  // ANCHOR_END: inner",
+        "}",
+        "// ANCHOR_END: whole",
+    ]
+
+
+def test_files_without_regions_are_copied_verbatim(tmp_path):
+    src = write(tmp_path, "solutions/01-a/sub/notes.txt", "no regions\r\nhere")
+    write(tmp_path, "solutions/01-a/plain.cu", "int x;\n")
+    os.chmod(src, 0o755)
+    assert run(tmp_path).returncode == 0
+    out = tmp_path / "chapters/01-a/sub/notes.txt"
+    assert out.read_bytes() == src.read_bytes()
+    assert os.stat(out).st_mode & 0o100
+    assert read(tmp_path, "chapters/01-a/plain.cu") == "int x;\n"
+
+
+def test_trailing_newline_is_preserved(tmp_path):
+    (tmp_path / "solutions/01-a").mkdir(parents=True)
+    (tmp_path / "solutions/01-a/n.cu").write_text("// BEGIN SOLUTION\nx\n// END SOLUTION")
+    assert run(tmp_path).returncode == 0
+    assert read(tmp_path, "chapters/01-a/n.cu").endswith("// (your code here)")
+
+
+def check_error(tmp_path, text, expected):
+    write(tmp_path, "solutions/01-a/bad.cu", text)
+    r = run(tmp_path)
+    assert r.returncode != 0
+    assert expected in r.stderr, r.stderr
+    assert not (tmp_path / "chapters/01-a/bad.cu").exists()
+
+
+def test_begin_without_end_is_an_error(tmp_path):
+    check_error(tmp_path, "int a;\n// BEGIN SOLUTION\nint b;\n", "solutions/01-a/bad.cu:2:")
+
+
+def test_end_without_begin_is_an_error(tmp_path):
+    check_error(tmp_path, "int a;\n\n// END SOLUTION\n", "solutions/01-a/bad.cu:3:")
+
+
+def test_nested_regions_are_an_error(tmp_path):
+    check_error(tmp_path, "// BEGIN SOLUTION\n// BEGIN SOLUTION\n// END SOLUTION\n"
+                "// END SOLUTION\n", "solutions/01-a/bad.cu:2:")
+
+
+def test_stub_outside_a_region_is_an_error(tmp_path):
+    check_error(tmp_path, "// STUB: x;\n", "solutions/01-a/bad.cu:1:")
+
+
+def test_check_reports_stale_then_up_to_date(tmp_path):
+    write(tmp_path, "solutions/01-a/k.cu", "// BEGIN SOLUTION\nx;\n// END SOLUTION\n")
+    r = run(tmp_path, "--check")
+    assert r.returncode == 1
+    assert "chapters/01-a/k.cu (missing)" in r.stdout
+    assert "chapters/ is stale: run python3 tools/make_skeletons.py" in r.stdout
+
+    assert run(tmp_path).returncode == 0
+    r = run(tmp_path, "--check")
+    assert r.returncode == 0, r.stdout
+    assert "chapters/ is up to date (1 files)" in r.stdout
+
+    (tmp_path / "chapters/01-a/k.cu").write_text("student edit\n")
+    write(tmp_path, "chapters/01-a/extra.cu", "left over\n")
+    r = run(tmp_path, "--check")
+    assert r.returncode == 1
+    assert "chapters/01-a/k.cu (differs)" in r.stdout
+    assert "chapters/01-a/extra.cu" in r.stdout
+    assert read(tmp_path, "chapters/01-a/k.cu") == "student edit\n"  # --check writes nothing
+
+
+def test_deleted_solution_file_removes_the_chapter_file(tmp_path):
+    write(tmp_path, "solutions/01-a/keep.cu", "int k;\n")
+    gone = write(tmp_path, "solutions/01-a/sub/gone.cu", "int g;\n")
+    write(tmp_path, "solutions/02-b/all.cu", "int a;\n")
+    assert run(tmp_path).returncode == 0
+    assert (tmp_path / "chapters/01-a/sub/gone.cu").exists()
+
+    gone.unlink()
+    (tmp_path / "solutions/02-b/all.cu").unlink()
+    (tmp_path / "solutions/02-b").rmdir()
+    write(tmp_path, "chapters/README.md", "not owned by the generator\n")
+    assert run(tmp_path).returncode == 0
+    assert not (tmp_path / "chapters/01-a/sub").exists()
+    assert not (tmp_path / "chapters/02-b").exists()
+    assert (tmp_path / "chapters/01-a/keep.cu").exists()
+    assert (tmp_path / "chapters/README.md").exists()
+    assert run(tmp_path, "--check").returncode == 0
+
+
+def test_chapter_option_limits_the_work(tmp_path):
+    write(tmp_path, "solutions/01-a/a.cu", "int a;\n")
+    write(tmp_path, "solutions/02-b/b.cu", "int b;\n")
+    assert run(tmp_path, "--chapter", "2").returncode == 0
+    assert (tmp_path / "chapters/02-b/b.cu").exists()
+    assert not (tmp_path / "chapters/01-a").exists()
+    assert run(tmp_path, "--check", "--chapter", "02").returncode == 0
+    assert run(tmp_path, "--check").returncode == 1
+    assert run(tmp_path, "--chapter", "07").returncode == 2
+
+
+def test_output_is_deterministic_and_unchanged_files_are_not_rewritten(tmp_path):
+    write(tmp_path, "solutions/01-a/k.cu", "// BEGIN SOLUTION\nx;\n// END SOLUTION\n")
+    assert run(tmp_path).returncode == 0
+    out = tmp_path / "chapters/01-a/k.cu"
+    first = out.read_bytes()
+    os.utime(out, (1_000_000, 1_000_000))
+    r = run(tmp_path)
+    assert r.returncode == 0
+    assert "0 written" in r.stdout
+    assert out.read_bytes() == first
+    assert out.stat().st_mtime == 1_000_000
