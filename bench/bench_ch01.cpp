@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
       const double tbps = bytes / (ms * 1e-3) / 1e12;
       rows.push_back({"ch01 dense decode", std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) +
                                                "/" + std::to_string(sh.b) + "/" + std::to_string(sh.l),
-                      ms * 1e3, bytes, tbps, 100.0 * tbps / ceil.read_tbps});
+                      ms * 1e3, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
     }
     pa::bench::report(rows, ceil, prop.name, csv, md);
   } catch (const std::exception& e) {

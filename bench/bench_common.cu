@@ -94,25 +94,27 @@ void report(const std::vector<Row>& rows, const Ceilings& c, const std::string& 
   md += "Measured on " + device + ". Ceilings in the same run: read " +
         std::to_string(c.read_tbps).substr(0, 4) + " TB/s, device-to-device copy " +
         std::to_string(c.copy_tbps).substr(0, 4) + " TB/s (read + write).\n\n";
-  md += "| kernel | shape (Hq/Hkv/B/L) | time (us) | MB moved | TB/s | % of read ceiling |\n";
+  md += "| kernel | shape (Hq/Hkv/B/L) | time (us) | MB moved | TB/s | % of ceiling |\n";
   md += "|---|---|---:|---:|---:|---:|\n";
-  std::printf("\n%-28s %-22s %10s %10s %8s %8s\n", "kernel", "shape (Hq/Hkv/B/L)", "us", "MB",
-              "TB/s", "% read");
+  std::printf("\n%-30s %-18s %10s %10s %8s %14s\n", "kernel", "Hq/Hkv/B/L", "us", "MB",
+              "TB/s", "% of ceiling");
   for (const Row& r : rows) {
-    std::printf("%-28s %-22s %10.1f %10.1f %8.2f %7.1f%%\n", r.kernel.c_str(), r.shape.c_str(),
-                r.us, r.bytes / 1e6, r.tbps, r.pct_of_read);
-    std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.2f | %.1f%% |\n",
-                  r.kernel.c_str(), r.shape.c_str(), r.us, r.bytes / 1e6, r.tbps, r.pct_of_read);
+    std::printf("%-30s %-18s %10.1f %10.1f %8.2f %7.1f%% %s\n", r.kernel.c_str(),
+                r.shape.c_str(), r.us, r.bytes / 1e6, r.tbps, r.pct, r.ceiling.c_str());
+    std::snprintf(line, sizeof line, "| %s | %s | %.1f | %.1f | %.2f | %.1f%% of %s |\n",
+                  r.kernel.c_str(), r.shape.c_str(), r.us, r.bytes / 1e6, r.tbps, r.pct,
+                  r.ceiling.c_str());
     md += line;
   }
   std::printf("read ceiling %.2f TB/s, copy ceiling %.2f TB/s (%s)\n", c.read_tbps, c.copy_tbps,
               device.c_str());
   if (!csv_path.empty()) {
     std::ofstream csv(csv_path);
-    csv << "kernel,shape,us,bytes,tbps,pct_of_read,read_ceiling_tbps,copy_ceiling_tbps,device\n";
+    csv << "kernel,shape,us,bytes,tbps,pct,ceiling,read_ceiling_tbps,copy_ceiling_tbps,device\n";
     for (const Row& r : rows)
       csv << r.kernel << "," << r.shape << "," << r.us << "," << r.bytes << "," << r.tbps << ","
-          << r.pct_of_read << "," << c.read_tbps << "," << c.copy_tbps << "," << device << "\n";
+          << r.pct << "," << r.ceiling << "," << c.read_tbps << "," << c.copy_tbps << ","
+          << device << "\n";
   }
   if (!md_path.empty()) std::ofstream(md_path) << md;
 }

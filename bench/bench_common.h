@@ -32,7 +32,9 @@ int rotation_count(size_t bytes);
 
 struct Row {
   std::string kernel, shape;
-  double us, bytes, tbps, pct_of_read;
+  double us, bytes, tbps;
+  double pct;           // tbps as a percentage of the ceiling named next
+  std::string ceiling;  // "read" for kernels that mostly read, "copy" for read+write ones
 };
 // Prints the table, and writes it as CSV and as a Markdown table when paths are given.
 void report(const std::vector<Row>& rows, const Ceilings& c, const std::string& device,

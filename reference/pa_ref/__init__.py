@@ -5,8 +5,10 @@ the specification that a C++/CUDA kernel is tested against.
 """
 
 from .attention import decode_attention, softmax
+from .block_manager import BlockAllocator, BlockManager, OutOfBlocks, build_batch
 from .dtypes import E4M3_MAX, dequantize_e4m3, quantize_e4m3, round_to
-from .memory import GIB, KVConfig, dense_memory_report
+from .memory import GIB, KVConfig, dense_memory_report, paged_memory_report
+from .paged import k_pool_index, pack_x, paged_gather, reshape_and_cache, v_pool_index
 from .trace import (
     DEFAULT_NUM_REQUESTS,
     DEFAULT_SEED,
@@ -20,14 +22,24 @@ __all__ = [
     "DEFAULT_SEED",
     "E4M3_MAX",
     "GIB",
+    "BlockAllocator",
+    "BlockManager",
     "KVConfig",
+    "OutOfBlocks",
     "SplitMix64",
+    "build_batch",
     "decode_attention",
     "dense_memory_report",
     "dequantize_e4m3",
+    "k_pool_index",
+    "pack_x",
+    "paged_gather",
+    "paged_memory_report",
     "quantize_e4m3",
+    "reshape_and_cache",
     "round_to",
     "softmax",
     "synthetic_trace",
     "uniform_int",
+    "v_pool_index",
 ]

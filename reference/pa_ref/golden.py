@@ -8,14 +8,14 @@ rest of the line). A chapter directory is rebuilt from scratch on every run, so
 a renamed case never leaves a stale one behind. DIR/golden.stamp is rewritten
 last; a build system can use it as the output it waits for.
 
-A chapter adds its cases by defining chapter_NN(out_dir) and listing it in
-CHAPTERS at the bottom of this file.
+A chapter adds its cases by defining chapter_NN(out_dir) (chapter 1 here,
+later ones in golden_chNN.py) and listing it in CHAPTERS at the bottom of this
+file. golden_io.py holds the case writer they share.
 """
 
 import argparse
 import shutil
 import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,9 @@ import numpy as np
 
 from .attention import decode_attention
 from .dtypes import round_to
+from .golden_ch02 import chapter_02
+from .golden_ch03 import chapter_03
+from .golden_io import case_seed, write_case
 from .memory import GIB, KVConfig, dense_memory_report
 from .trace import DEFAULT_NUM_REQUESTS, DEFAULT_SEED, synthetic_trace
 
@@ -37,33 +40,6 @@ TOLERANCES = {
     "fp16": (2e-3, 2e-3),
     "bf16": (1e-2, 1e-2),
 }
-
-
-def case_seed(name):
-    """A fixed seed per case, taken from its name, so adding a case changes no other."""
-    return zlib.crc32(name.encode())
-
-
-def little_endian(array):
-    """The array as a C-ordered, little-endian copy (np.save keeps what it is given).
-
-    np.array, not np.ascontiguousarray: the latter turns a 0-d array into shape (1,).
-    """
-    array = np.asarray(array)
-    return np.array(array, dtype=array.dtype.newbyteorder("<"), order="C")
-
-
-def write_case(case_dir, arrays, params):
-    """Write arrays as <name>.npy and params as case.txt lines into case_dir."""
-    case_dir.mkdir(parents=True)
-    for name, array in arrays.items():
-        np.save(case_dir / f"{name}.npy", little_endian(array), allow_pickle=False)
-    lines = []
-    for key, value in params.items():
-        text = str(value)
-        assert " " not in key and "\n" not in text, (key, text)
-        lines.append(f"{key} {text}\n")
-    (case_dir / "case.txt").write_text("".join(lines))
 
 
 # ---------------------------------------------------------------- chapter 1
@@ -209,6 +185,8 @@ def chapter_01(out_dir):
 # Chapter number -> function that writes that chapter's cases into a directory.
 CHAPTERS = {
     1: chapter_01,
+    2: chapter_02,
+    3: chapter_03,
 }
 
 

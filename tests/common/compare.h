@@ -45,6 +45,29 @@ template <typename G>
   return ::testing::AssertionFailure() << os.str();
 }
 
+// Data movement must be exact: every value equal, and NaN exactly where the reference has
+// NaN (a poisoned slot that had to stay untouched).
+template <typename G>
+::testing::AssertionResult exactly_equal(const std::vector<G>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure()
+           << "size mismatch: got " << got.size() << " values, want " << want.size();
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float g = to_float(got[i]);
+    const bool ok = std::isnan(want[i]) ? std::isnan(g) : g == want[i];
+    if (!ok && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " values differ; first at index " << first << ": got "
+         << to_float(got[first]) << ", want " << want[first]
+         << (std::isnan(want[first]) ? " (this element must stay untouched: NaN poison)"
+                                     : (std::isnan(to_float(got[first]))
+                                            ? " (never written, or copied from a poisoned slot)"
+                                            : ""));
+}
+
 // Converts reference float values (already exact in T) to T.
 template <typename T>
 std::vector<T> to_dtype(const std::vector<float>& x) {

@@ -1,0 +1,61 @@
+// Your exercise file. (Generated from solutions/03-block-tables/block_manager.cpp; instructors regenerate with tools/make_skeletons.py.)
+// Chapter 3, exercises 1 and 2 of 4: growing and releasing a sequence's block list.
+#include "pa/ch03_block_table.h"
+
+namespace pa::ch03 {
+
+BlockManager::BlockManager(int num_blocks, int block_size)
+    : block_size_(block_size), allocator_(num_blocks) {
+  PA_REQUIRE(block_size == 8 || block_size == 16 || block_size == 32,
+             "block_size " << block_size << " is not supported (8, 16 or 32)");
+}
+
+BlockManager::Sequence& BlockManager::find(int seq_id, const char* what) {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), what << ": unknown sequence " << seq_id);
+  return it->second;
+}
+
+void BlockManager::add_sequence(int seq_id) {
+  PA_REQUIRE(!has_sequence(seq_id), "add_sequence: sequence " << seq_id << " already exists");
+  seqs_.emplace(seq_id, Sequence{});
+}
+
+const std::vector<int>& BlockManager::block_list(int seq_id) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), "block_list: unknown sequence " << seq_id);
+  return it->second.blocks;
+}
+
+int BlockManager::length(int seq_id) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), "length: unknown sequence " << seq_id);
+  return it->second.length;
+}
+
+// ANCHOR: append_slots
+std::vector<int64_t> BlockManager::append_slots(int seq_id, int n) {
+  Sequence& seq = find(seq_id, "append_slots");
+  PA_REQUIRE(n >= 0, "append_slots: negative token count " << n << " for sequence " << seq_id);
+  // TODO(ch03): make room for n tokens at positions length .. length + n - 1.
+  //   1. Blocks needed in all: ceil((length + n) / block_size). If the allocator has fewer
+  //      free blocks than the new ones needed, throw ch02::OutOfBlocks BEFORE allocating
+  //      any (a failed call must change nothing).
+  //   2. Allocate the missing blocks in order, appending them to seq.blocks.
+  //   3. Position p lives in slot blocks[p / block_size] * block_size + p % block_size;
+  //      return the n slots (64-bit) and add n to the length.
+  PA_TODO("ch03");
+}
+// ANCHOR_END: append_slots
+
+// ANCHOR: release
+void BlockManager::release(int seq_id) {
+  Sequence& seq = find(seq_id, "release");
+  // TODO(ch03): free every block of the sequence, in list order (first block first: the
+  //   order is part of the spec, the reference model frees the same way), then erase the
+  //   sequence from seqs_.
+  PA_TODO("ch03");
+}
+// ANCHOR_END: release
+
+}  // namespace pa::ch03

@@ -1,0 +1,91 @@
+// Chapter 3: block tables and context lengths.
+//
+// The host side of paging. A BlockManager gives each sequence a list of blocks and grows
+// it one block at a time, only when the last block is full. Before every step a batch
+// builder turns those lists into the three arrays a kernel reads:
+//   block_table  [num_seqs, max_blocks_per_seq] int32: logical block -> physical block
+//   context_lens [num_seqs] int32: tokens in each sequence, including this step's
+//   slot_mapping [num_new_tokens] int64: where each new token's K and V are written
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "pa/ch02_paged.h"
+#include "pa/trace.h"
+
+namespace pa::ch03 {
+
+// Table entries past a sequence's last block. No kernel may read them.
+inline constexpr int32_t kPaddingBlock = -1;
+
+// ANCHOR: manager
+class BlockManager {
+ public:
+  BlockManager(int num_blocks, int block_size);
+
+  // Starts an empty sequence (no tokens, no blocks). Throws if seq_id is already live.
+  void add_sequence(int seq_id);
+  // Makes room for n more tokens of seq_id and returns their n slots, in order. Allocates
+  // a block only when the last one is full. Throws ch02::OutOfBlocks, changing nothing,
+  // if the pool cannot hold them; throws pa::Error for n < 0 or an unknown sequence.
+  std::vector<int64_t> append_slots(int seq_id, int n);
+  // Returns every block of seq_id to the allocator, exactly once, and forgets it.
+  void release(int seq_id);
+
+  bool has_sequence(int seq_id) const { return seqs_.count(seq_id) != 0; }
+  const std::vector<int>& block_list(int seq_id) const;  // physical ids, logical order
+  int length(int seq_id) const;
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return allocator_.num_blocks(); }
+  const ch02::BlockAllocator& allocator() const { return allocator_; }
+
+ private:
+  struct Sequence {
+    int length = 0;
+    std::vector<int> blocks;
+  };
+  Sequence& find(int seq_id, const char* what);
+  int block_size_;
+  ch02::BlockAllocator allocator_;
+  std::unordered_map<int, Sequence> seqs_;
+};
+// ANCHOR_END: manager
+
+// ANCHOR: metadata
+struct BatchMetadata {
+  int num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  std::vector<int32_t> block_table;   // [num_seqs * max_blocks_per_seq], padding -1
+  std::vector<int32_t> context_lens;  // [num_seqs]
+  std::vector<int64_t> slot_mapping;  // [new tokens of the step, in batch order]
+
+  // The checked mode: throws pa::Error naming the first bad entry (a block id out of
+  // range, a negative length, a context_len beyond the table's capacity, a missing block,
+  // a slot outside the pool) before any kernel can read it.
+  void validate(int num_blocks, int block_size) const;
+};
+
+// Appends new_tokens[i] tokens to sequence seq_ids[i] (1 for a decode step, the prompt
+// length for a prefill) and returns the step's metadata. max_blocks_per_seq = 0 sizes the
+// table to the longest sequence of the batch. Checks everything first, so that a failure
+// (out of blocks, a table too small) changes nothing.
+BatchMetadata build_batch(BlockManager& manager, const std::vector<int>& seq_ids,
+                          const std::vector<int>& new_tokens, int max_blocks_per_seq = 0);
+// ANCHOR_END: metadata
+
+// ANCHOR: paged_report
+// The paged bill for the same trace as chapter 1: a request holds ceil(tokens /
+// block_size) blocks, so only the unused tail of its last block is wasted.
+struct PagedMemoryReport {
+  int64_t reserved_bytes;        // sum(ceil(t / block_size)) * block_size * bytes_per_token
+  int64_t used_bytes;            // sum(t) * bytes_per_token
+  double waste_fraction;         // 1 - used / reserved
+  int64_t paged_seqs_in_budget;  // (budget * n) / (sum(ceil(t / bs)) * bs * bytes_per_token)
+};
+PagedMemoryReport paged_memory_report(const std::vector<Request>& trace, const KVConfig& cfg,
+                                      int block_size, int64_t budget_bytes);
+// ANCHOR_END: paged_report
+
+}  // namespace pa::ch03

@@ -1,0 +1,93 @@
+// Chapter 3, exercise 3 of 4: turning the block lists into a step's kernel metadata.
+#include <algorithm>
+
+#include "pa/ch03_block_table.h"
+
+namespace pa::ch03 {
+
+// ANCHOR: build_batch
+BatchMetadata build_batch(BlockManager& manager, const std::vector<int>& seq_ids,
+                          const std::vector<int>& new_tokens, int max_blocks_per_seq) {
+  PA_REQUIRE(!seq_ids.empty(), "build_batch: the batch is empty");
+  PA_REQUIRE(seq_ids.size() == new_tokens.size(),
+             "build_batch: " << seq_ids.size() << " sequences but " << new_tokens.size()
+                             << " token counts");
+  PA_REQUIRE(max_blocks_per_seq >= 0,
+             "build_batch: max_blocks_per_seq must be >= 0, got " << max_blocks_per_seq);
+  const int bs = manager.block_size();
+  // Check everything first, so that a failure changes nothing.
+  int64_t new_blocks = 0, widest = 1;
+  for (size_t i = 0; i < seq_ids.size(); ++i) {
+    PA_REQUIRE(new_tokens[i] >= 0, "build_batch: negative token count " << new_tokens[i]
+                                                                         << " for sequence "
+                                                                         << seq_ids[i]);
+    PA_REQUIRE(std::count(seq_ids.begin(), seq_ids.end(), seq_ids[i]) == 1,
+               "build_batch: sequence " << seq_ids[i] << " appears twice in the batch");
+    const int64_t len = int64_t(manager.length(seq_ids[i])) + new_tokens[i];
+    const int64_t blocks = (len + bs - 1) / bs;
+    new_blocks += blocks - int64_t(manager.block_list(seq_ids[i]).size());
+    widest = std::max(widest, blocks);
+    PA_REQUIRE(max_blocks_per_seq == 0 || blocks <= max_blocks_per_seq,
+               "build_batch: sequence " << seq_ids[i] << " would hold " << len
+                                        << " tokens, beyond the table's capacity of "
+                                        << max_blocks_per_seq << " blocks x " << bs);
+  }
+  if (new_blocks > manager.allocator().num_free())
+    throw ch02::OutOfBlocks("build_batch: the step needs " + std::to_string(new_blocks) +
+                            " new blocks, only " + std::to_string(manager.allocator().num_free()) +
+                            " are free");
+  BatchMetadata md;
+  md.num_seqs = int(seq_ids.size());
+  md.max_blocks_per_seq = max_blocks_per_seq > 0 ? max_blocks_per_seq : int(widest);
+  // TODO(ch03): fill md. For each sequence i of the batch, in order:
+  //   append_slots(seq_ids[i], new_tokens[i]) and add the slots to md.slot_mapping;
+  //   context_lens gets the length after the append; row i of block_table (width
+  //   md.max_blocks_per_seq) gets the block list, then kPaddingBlock in the rest.
+  // BEGIN SOLUTION
+  // STUB: PA_TODO("ch03");
+  md.block_table.assign(size_t(md.num_seqs) * md.max_blocks_per_seq, kPaddingBlock);
+  md.context_lens.resize(size_t(md.num_seqs));
+  for (int i = 0; i < md.num_seqs; ++i) {
+    const std::vector<int64_t> slots = manager.append_slots(seq_ids[size_t(i)], new_tokens[size_t(i)]);
+    md.slot_mapping.insert(md.slot_mapping.end(), slots.begin(), slots.end());
+    md.context_lens[size_t(i)] = manager.length(seq_ids[size_t(i)]);
+    const std::vector<int>& blocks = manager.block_list(seq_ids[size_t(i)]);
+    std::copy(blocks.begin(), blocks.end(),
+              md.block_table.begin() + int64_t(i) * md.max_blocks_per_seq);
+  }
+  // END SOLUTION
+  return md;
+}
+// ANCHOR_END: build_batch
+
+void BatchMetadata::validate(int num_blocks, int block_size) const {
+  PA_REQUIRE(num_seqs > 0 && max_blocks_per_seq > 0,
+             "metadata: empty batch or table (" << num_seqs << " x " << max_blocks_per_seq << ")");
+  PA_REQUIRE(block_table.size() == size_t(num_seqs) * max_blocks_per_seq,
+             "metadata: block_table has " << block_table.size() << " entries, expected "
+                                          << num_seqs << " x " << max_blocks_per_seq);
+  PA_REQUIRE(context_lens.size() == size_t(num_seqs),
+             "metadata: context_lens has " << context_lens.size() << " entries for "
+                                           << num_seqs << " sequences");
+  for (int b = 0; b < num_seqs; ++b) {
+    const int len = context_lens[size_t(b)];
+    PA_REQUIRE(len >= 0, "metadata: sequence " << b << " has a negative length " << len);
+    PA_REQUIRE(int64_t(len) <= int64_t(max_blocks_per_seq) * block_size,
+               "metadata: context_len " << len << " of sequence " << b
+                                        << " is beyond the table's capacity of "
+                                        << max_blocks_per_seq << " blocks x " << block_size);
+    for (int j = 0; j < (len + block_size - 1) / block_size; ++j) {
+      const int32_t id = block_table[size_t(b) * max_blocks_per_seq + j];
+      PA_REQUIRE(id >= 0 && id < num_blocks,
+                 "metadata: block_table[" << b << "][" << j << "] = " << id
+                                          << " is not a block of the pool (0.." << num_blocks - 1
+                                          << ")");
+    }
+  }
+  for (size_t i = 0; i < slot_mapping.size(); ++i)
+    PA_REQUIRE(slot_mapping[i] < int64_t(num_blocks) * block_size,
+               "metadata: slot_mapping[" << i << "] = " << slot_mapping[i]
+                                         << " is outside the pool");
+}
+
+}  // namespace pa::ch03

@@ -1,0 +1,99 @@
+// Chapter 3: the batch builder's block_table, context_lens and slot_mapping, and the
+// checked mode that refuses bad metadata.
+#include <gtest/gtest.h>
+
+#include "golden.h"
+#include "pa/ch03_block_table.h"
+
+namespace {
+
+using pa::ch03::BatchMetadata;
+using pa::ch03::BlockManager;
+using pa::test::GoldenCase;
+
+class BatchGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchGolden, MetadataMatchesReference) {
+  const GoldenCase c(pa::test::golden_dir("ch03") + "/" + GetParam());
+  BlockManager m(int(c.param_int("num_blocks")), int(c.param_int("block_size")));
+  const auto kind = c.get<int>("op_kind"), seq = c.get<int>("op_seq"), n = c.get<int>("op_n");
+  for (size_t i = 0; i < kind.size(); ++i) {
+    if (kind[i] == 0) m.add_sequence(seq[i]);
+    if (kind[i] == 1) m.append_slots(seq[i], n[i]);
+    if (kind[i] == 2) m.release(seq[i]);
+  }
+  const BatchMetadata md = pa::ch03::build_batch(m, c.get<int>("batch_seq_ids"),
+                                                 c.get<int>("batch_new_tokens"),
+                                                 c.get<int>("max_blocks_per_seq")[0]);
+  EXPECT_EQ(md.max_blocks_per_seq, int(c.shape("block_table")[1]));
+  EXPECT_EQ(md.block_table, c.get<int32_t>("block_table"));
+  EXPECT_EQ(md.context_lens, c.get<int32_t>("context_lens"));
+  EXPECT_EQ(md.slot_mapping, c.get<int64_t>("slot_mapping"));
+  md.validate(m.num_blocks(), m.block_size());
+}
+
+std::vector<std::string> batch_names() {
+  std::vector<std::string> out;
+  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch03"), "batch_"))
+    out.push_back(c.name());
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Ch03, BatchGolden, ::testing::ValuesIn(batch_names()),
+                         [](const auto& info) { return info.param; });
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pa::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Batch, AFailedBuildChangesNothing) {
+  BlockManager m(3, 8);
+  m.add_sequence(0);
+  m.add_sequence(1);
+  m.append_slots(0, 8);
+  // Sequence 0 needs one more block and sequence 1 needs three: four, with two free.
+  EXPECT_THROW(pa::ch03::build_batch(m, {0, 1}, {1, 17}), pa::ch02::OutOfBlocks);
+  EXPECT_EQ(m.length(0), 8);
+  EXPECT_EQ(m.length(1), 0);
+  EXPECT_EQ(m.allocator().num_free(), 2);
+  EXPECT_NE(error_of([&] { pa::ch03::build_batch(m, {0}, {9}, 1); }).find("beyond the table's capacity"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { pa::ch03::build_batch(m, {0, 0}, {1, 1}); }).find("appears twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { pa::ch03::build_batch(m, {0}, {-1}); }).find("negative token count"),
+            std::string::npos);
+  EXPECT_EQ(m.length(0), 8);
+}
+
+TEST(Batch, ValidateNamesTheBadEntry) {
+  BatchMetadata md;
+  md.num_seqs = 2;
+  md.max_blocks_per_seq = 2;
+  md.block_table = {0, 1, 2, -1};
+  md.context_lens = {16, 5};
+  md.validate(4, 8);  // a good one
+  auto bad = md;
+  bad.block_table[2] = 4;
+  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("block_table[1][0] = 4 is not a block"),
+            std::string::npos);
+  bad = md;
+  bad.context_lens[1] = 17;
+  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("context_len 17 of sequence 1 is beyond"),
+            std::string::npos);
+  bad = md;
+  bad.context_lens[0] = -2;
+  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("negative length -2"), std::string::npos);
+  bad = md;
+  bad.context_lens[1] = 9;  // needs the padding entry
+  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("block_table[1][1] = -1"), std::string::npos);
+  bad = md;
+  bad.slot_mapping = {3, 32};
+  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("slot_mapping[1] = 32 is outside"),
+            std::string::npos);
+}
+
+}  // namespace
