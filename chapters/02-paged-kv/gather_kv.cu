@@ -8,29 +8,39 @@
 
 namespace pa::ch02 {
 
-// One thread block per (logical block, sequence). The block looks up its physical block
-// once, then copies up to block_size tokens: K as 16-byte chunks, V element by element.
+// One thread block per (logical block, sequence, KV head). In both pools the block's
+// tokens for one head form one contiguous region of head_size * block_size elements, so the
+// block stages that region in shared memory with coalesced 16-byte loads, then writes each
+// token's head vector to the dense array with coalesced 16-byte stores. The shared-memory
+// tile turns the pool's layout into the dense one (a transpose, for V).
+template <typename T>
+constexpr int v_tile_stride(int block_size) { return block_size + 1; }  // +1: fewer bank conflicts
+
 // ANCHOR: gather_kernel
 template <typename T>
 __global__ void gather_kv_kernel(const T* k_pool, const T* v_pool, const int* block_table,
                                  int max_blocks_per_seq, const int* context_lens,
                                  int max_seq_len, T* k_dense, T* v_dense, PoolShape s) {
   constexpr int x = pack_x<T>();
-  const int logical = blockIdx.x, seq = blockIdx.y;
+  const int logical = blockIdx.x, seq = blockIdx.y, head = blockIdx.z;
   const int len = context_lens[seq];
   const int first = logical * s.block_size;
   if (first >= len) return;  // past the sequence's end: the table entry is padding, don't read it
   const int tokens = min(s.block_size, len - first);
   const int64_t block = block_table[int64_t(seq) * max_blocks_per_seq + logical];
-  const int D = s.head_size, chunks = D / x, H = s.num_kv_heads;
+  const int D = s.head_size, H = s.num_kv_heads, bs = s.block_size, chunks = D / x;
+  const int64_t region = (block * H + head) * int64_t(D) * bs;  // where (block, head) starts
   // Dense element (seq, t, head, d) is at ((seq * max_seq_len + t) * H + head) * D + d.
-  const int64_t dense_first = (int64_t(seq) * max_seq_len + first) * H * D;
-  // TODO(ch02): copy `tokens` tokens of physical block `block` into the dense arrays.
-  //   K chunk (head, c, token o) is at k_pool[(((block * H + head) * chunks + c) *
-  //   block_size + o) * x], 16 bytes, and goes to dense token first + o, elements
-  //   head * D + c * x ... + x - 1. V element (head, d, o) is at
-  //   v_pool[((block * H + head) * D + d) * block_size + o]. Put o in the fastest-moving
-  //   part of the thread index so that neighbouring threads read neighbouring addresses.
+  const int64_t dense = (int64_t(seq) * max_seq_len + first) * H * D + int64_t(head) * D;
+  PA_DYNAMIC_SHARED(T, tile);  // D * (bs + 1) elements
+  // TODO(ch02): copy `tokens` tokens of this (block, head) into the dense arrays.
+  //   K: the region is [chunks][bs][x]. Stage it in `tile` (uint4 loads), __syncthreads(),
+  //      then token o's chunk c (16 bytes at tile + (c * bs + o) * x) goes to
+  //      k_dense + dense + o * H * D + c * x. Let c vary fastest across threads.
+  //   V: the region is [D][bs]; token o's element d is region[d * bs + o]. Stage it with
+  //      rows padded to bs + 1 elements (tile[d * (bs + 1) + o]), __syncthreads(), then
+  //      assemble x elements d = c*x .. c*x + x - 1 of token o and store them as one uint4.
+  //   __syncthreads() between reusing the tile for K and for V.
   // (your code here)
 }
 // ANCHOR_END: gather_kernel
@@ -45,8 +55,11 @@ void gather_kv(const PoolShape& s, const T* k_pool, const T* v_pool, const int* 
   PA_REQUIRE(int64_t(max_blocks_per_seq) * s.block_size <= max_seq_len,
              "gather_kv: a table of " << max_blocks_per_seq << " blocks of " << s.block_size
                                       << " tokens does not fit max_seq_len " << max_seq_len);
-  launch(gather_kv_kernel<T>, dim3(max_blocks_per_seq, num_seqs), dim3(256), 0, stream, k_pool,
-         v_pool, block_table, max_blocks_per_seq, context_lens, max_seq_len, k_dense, v_dense, s);
+  PA_REQUIRE(s.num_kv_heads <= 65535, "gather_kv: num_kv_heads must be at most 65535");
+  const size_t tile_bytes = size_t(s.head_size) * v_tile_stride<T>(s.block_size) * sizeof(T);
+  launch(gather_kv_kernel<T>, dim3(max_blocks_per_seq, num_seqs, s.num_kv_heads), dim3(128),
+         tile_bytes, stream, k_pool, v_pool, block_table, max_blocks_per_seq, context_lens,
+         max_seq_len, k_dense, v_dense, s);
 }
 
 #define PA_INSTANTIATE(T)                                                                    \
