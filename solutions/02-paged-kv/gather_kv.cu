@@ -13,7 +13,7 @@ namespace pa::ch02 {
 // token's head vector to the dense array with coalesced 16-byte stores. The shared-memory
 // tile turns the pool's layout into the dense one (a transpose, for V).
 template <typename T>
-constexpr int v_tile_stride(int block_size) { return block_size + 1; }  // +1: fewer bank conflicts
+__host__ __device__ constexpr int v_tile_stride(int block_size) { return block_size + 1; }  // +1: fewer bank conflicts
 
 // ANCHOR: gather_kernel
 template <typename T>
