@@ -12,11 +12,7 @@
 #include "pa/dtype.h"
 
 int main(int argc, char** argv) {
-  std::string csv, md;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
-    if (!std::strcmp(argv[i], "--md")) md = argv[i + 1];
-  }
+  const auto outputs = pa::bench::parse_outputs(argc, argv);
   try {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -53,7 +49,7 @@ int main(int argc, char** argv) {
                                                "/" + std::to_string(sh.b) + "/" + std::to_string(sh.l),
                       ms * 1e3, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
     }
-    pa::bench::report(rows, ceil, prop.name, csv, md);
+    pa::bench::report(rows, ceil, prop.name, outputs.csv, outputs.md);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench failed: %s\n", e.what());
     return 1;

@@ -18,11 +18,7 @@
 #include "pa/dtype.h"
 
 int main(int argc, char** argv) {
-  std::string csv, md;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--csv")) csv = argv[i + 1];
-    if (!std::strcmp(argv[i], "--md")) md = argv[i + 1];
-  }
+  const auto outputs = pa::bench::parse_outputs(argc, argv);
   try {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -77,7 +73,7 @@ int main(int argc, char** argv) {
       rows.push_back({"gather + decode (one step)", shape, total_ms * 1e3, dbytes, tb,
                       100.0 * tb / ceil.read_tbps, "read"});
     }
-    pa::bench::report(rows, ceil, prop.name, csv, md);
+    pa::bench::report(rows, ceil, prop.name, outputs.csv, outputs.md);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench failed: %s\n", e.what());
     return 1;

@@ -8,6 +8,15 @@
 
 namespace pa::bench {
 
+Outputs parse_outputs(int argc, char** argv) {
+  Outputs out;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--csv") out.csv = argv[i + 1];
+    if (std::string(argv[i]) == "--md") out.md = argv[i + 1];
+  }
+  return out;
+}
+
 double median_ms(const std::function<void(int)>& fn, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn(i);
   PA_CUDA_CHECK(cudaDeviceSynchronize());

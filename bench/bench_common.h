@@ -16,6 +16,12 @@ namespace pa::bench {
 // fn receives the run index so the caller can rotate among input copies.
 double median_ms(const std::function<void(int)>& fn, int warmup = 5, int reps = 30);
 
+// --csv FILE and --md FILE, the outputs every benchmark takes.
+struct Outputs {
+  std::string csv, md;
+};
+Outputs parse_outputs(int argc, char** argv);
+
 struct Ceilings {
   double read_tbps;  // a streaming read kernel: bytes read / time
   double copy_tbps;  // cudaMemcpy device to device: (bytes read + bytes written) / time

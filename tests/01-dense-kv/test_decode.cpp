@@ -46,32 +46,15 @@ TEST_P(DecodeGolden, MatchesReference) {
   }
 }
 
-std::vector<std::string> decode_case_names() {
-  std::vector<std::string> names;
-  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch01"), "decode_"))
-    names.push_back(c.name());
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ch01, DecodeGolden, ::testing::ValuesIn(decode_case_names()),
+INSTANTIATE_TEST_SUITE_P(Ch01, DecodeGolden, ::testing::ValuesIn(pa::test::golden_case_names("ch01", "decode_")),
                          [](const auto& info) { return info.param; });
 
 // ---- Bad shapes are refused with a message naming the problem --------------------------
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const pa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(DecodeErrors, BadShapesAreRefusedClearly) {
   pa::DeviceBuffer<float> buf(1 << 16);
   pa::DeviceBuffer<int> lens(4);
   auto run = [&](DenseShape s) {
-    return error_of([&] {
+    return pa::test::error_of([&] {
       pa::ch01::decode_attention<float>(s, buf.get(), buf.get(), buf.get(), buf.get(),
                                         lens.get(), 1.f);
     });

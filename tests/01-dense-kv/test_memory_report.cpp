@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "golden.h"
+#include "trace_case.h"
 #include "pa/ch01_dense.h"
 
 namespace {
@@ -19,12 +20,7 @@ TEST(MemoryReport, TraceIsBitExactWithTheReference) {
 
 TEST(MemoryReport, MatchesReference) {
   const pa::test::GoldenCase c(pa::test::golden_dir("ch01") + "/trace_default");
-  pa::KVConfig cfg;
-  cfg.num_layers = int(c.param_int("num_layers"));
-  cfg.num_kv_heads = int(c.param_int("num_kv_heads"));
-  cfg.head_size = int(c.param_int("head_size"));
-  cfg.dtype_bytes = int(c.param_int("dtype_bytes"));
-  cfg.max_seq_len = int(c.param_int("max_seq_len"));
+  const pa::KVConfig cfg = pa::test::kv_config_of(c);
   const auto rep = pa::ch01::dense_memory_report(pa::synthetic_trace(), cfg,
                                                  c.param_int("budget_bytes"));
   EXPECT_EQ(rep.reserved_bytes, c.get<int64_t>("reserved_bytes")[0]);

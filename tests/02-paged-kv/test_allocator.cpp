@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "compare.h"
 #include "pa/ch02_paged.h"
 
 namespace {
@@ -12,14 +13,7 @@ namespace {
 using pa::ch02::BlockAllocator;
 using pa::ch02::OutOfBlocks;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using pa::test::error_of;
 
 TEST(Allocator, HandsOutBlocksInTheSpecifiedLifoOrder) {
   BlockAllocator a(8);

@@ -41,14 +41,7 @@ TEST_P(GatherGolden, DenseMatchesReference) {
   }
 }
 
-std::vector<std::string> gather_names() {
-  std::vector<std::string> names;
-  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch02"), "gather_"))
-    names.push_back(c.name());
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ch02, GatherGolden, ::testing::ValuesIn(gather_names()),
+INSTANTIATE_TEST_SUITE_P(Ch02, GatherGolden, ::testing::ValuesIn(pa::test::golden_case_names("ch02", "gather_")),
                          [](const auto& info) { return info.param; });
 
 TEST(GatherErrors, ATableLargerThanTheDenseBufferIsRefused) {

@@ -42,14 +42,7 @@ TEST_P(ReshapeGolden, PoolsMatchReference) {
   }
 }
 
-std::vector<std::string> case_names(const std::string& prefix) {
-  std::vector<std::string> names;
-  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch02"), prefix))
-    names.push_back(c.name());
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ch02, ReshapeGolden, ::testing::ValuesIn(case_names("reshape_")),
+INSTANTIATE_TEST_SUITE_P(Ch02, ReshapeGolden, ::testing::ValuesIn(pa::test::golden_case_names("ch02", "reshape_")),
                          [](const auto& info) { return info.param; });
 
 // The layout, spelled out: one fp16 token into block 3, offset 5, of a 16-token-block pool.
@@ -77,12 +70,9 @@ TEST(ReshapeErrors, BadPoolShapesAreRefused) {
   pa::DeviceBuffer<float> buf(1024);
   pa::DeviceBuffer<int64_t> slots(1);
   auto err = [&](PoolShape s) {
-    try {
+    return pa::test::error_of([&] {
       pa::ch02::reshape_and_cache<float>(s, buf.get(), buf.get(), 1, buf.get(), buf.get(), slots.get());
-    } catch (const pa::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
+    });
   };
   EXPECT_NE(err({4, 12, 2, 64}).find("block_size 12 is not supported"), std::string::npos);
   EXPECT_NE(err({4, 16, 2, 72}).find("head_size 72 is not supported"), std::string::npos);

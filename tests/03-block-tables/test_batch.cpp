@@ -2,6 +2,7 @@
 // checked mode that refuses bad metadata.
 #include <gtest/gtest.h>
 
+#include "compare.h"
 #include "golden.h"
 #include "pa/ch03_block_table.h"
 
@@ -32,23 +33,11 @@ TEST_P(BatchGolden, MetadataMatchesReference) {
   md.validate(m.num_blocks(), m.block_size());
 }
 
-std::vector<std::string> batch_names() {
-  std::vector<std::string> out;
-  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch03"), "batch_"))
-    out.push_back(c.name());
-  return out;
-}
-INSTANTIATE_TEST_SUITE_P(Ch03, BatchGolden, ::testing::ValuesIn(batch_names()),
+INSTANTIATE_TEST_SUITE_P(Ch03, BatchGolden,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch03", "batch_")),
                          [](const auto& info) { return info.param; });
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using pa::test::error_of;
 
 TEST(Batch, AFailedBuildChangesNothing) {
   BlockManager m(3, 8);

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "compare.h"
 #include "golden.h"
 #include "pa/ch03_block_table.h"
 
@@ -57,13 +58,8 @@ class ScriptGolden : public ::testing::TestWithParam<std::string> {};
 TEST_P(ScriptGolden, ReplayMatchesReferenceModel) {
   replay(GoldenCase(pa::test::golden_dir("ch03") + "/" + GetParam()));
 }
-std::vector<std::string> names(const std::string& prefix) {
-  std::vector<std::string> out;
-  for (const GoldenCase& c : pa::test::golden_cases(pa::test::golden_dir("ch03"), prefix))
-    out.push_back(c.name());
-  return out;
-}
-INSTANTIATE_TEST_SUITE_P(Ch03, ScriptGolden, ::testing::ValuesIn(names("script_")),
+INSTANTIATE_TEST_SUITE_P(Ch03, ScriptGolden,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch03", "script_")),
                          [](const auto& info) { return info.param; });
 
 // ---- Edge lengths: a block is allocated exactly when the tail block is full -------------
@@ -144,14 +140,7 @@ TEST(BlockManager, InvariantsHoldUnderRandomInterleavings) {
 TEST(BlockManager, BadCallsAreRefusedClearly) {
   BlockManager m(4, 16);
   m.add_sequence(1);
-  auto err = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const pa::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto err = [](const std::function<void()>& f) { return pa::test::error_of(f); };
   EXPECT_NE(err([&] { m.add_sequence(1); }).find("already exists"), std::string::npos);
   EXPECT_NE(err([&] { m.append_slots(2, 1); }).find("unknown sequence 2"), std::string::npos);
   EXPECT_NE(err([&] { m.append_slots(1, -3); }).find("negative token count -3"), std::string::npos);

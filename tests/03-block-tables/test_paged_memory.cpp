@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "golden.h"
+#include "trace_case.h"
 #include "pa/ch01_dense.h"
 #include "pa/ch03_block_table.h"
 
@@ -9,12 +10,7 @@ namespace {
 
 TEST(PagedMemory, MatchesReferenceForEachBlockSize) {
   const pa::test::GoldenCase c(pa::test::golden_dir("ch03") + "/trace_paged");
-  pa::KVConfig cfg;
-  cfg.num_layers = int(c.param_int("num_layers"));
-  cfg.num_kv_heads = int(c.param_int("num_kv_heads"));
-  cfg.head_size = int(c.param_int("head_size"));
-  cfg.dtype_bytes = int(c.param_int("dtype_bytes"));
-  cfg.max_seq_len = int(c.param_int("max_seq_len"));
+  const pa::KVConfig cfg = pa::test::kv_config_of(c);
   const int64_t budget = c.param_int("budget_bytes");
   const auto trace = pa::synthetic_trace();
   const auto bss = c.get<int>("block_sizes");

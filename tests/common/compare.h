@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pa/check.h"
 #include "pa/dtype.h"
 
 namespace pa::test {
@@ -66,6 +67,17 @@ template <typename G>
                                      : (std::isnan(to_float(got[first]))
                                             ? " (never written, or copied from a poisoned slot)"
                                             : ""));
+}
+
+// The message of the pa::Error that f throws, or "(no error)".
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const pa::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 // Converts reference float values (already exact in T) to T.

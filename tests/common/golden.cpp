@@ -124,4 +124,10 @@ std::string golden_dir(const std::string& chapter) {
     return root + "/" + chapter;
 }
 
+std::vector<std::string> golden_case_names(const std::string& chapter, const std::string& prefix) {
+    std::vector<std::string> names;
+    for (const GoldenCase& c : golden_cases(golden_dir(chapter), prefix)) names.push_back(c.name());
+    return names;
+}
+
 }  // namespace pa::test

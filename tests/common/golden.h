@@ -52,6 +52,10 @@ private:
 // Throws, telling the user to run the golden step, when there are none.
 std::vector<GoldenCase> golden_cases(const std::string& chapter_dir, const std::string& prefix = "");
 
+// Just the names of those cases, for INSTANTIATE_TEST_SUITE_P, e.g.
+// golden_case_names("ch02", "gather_").
+std::vector<std::string> golden_case_names(const std::string& chapter, const std::string& prefix);
+
 // The directory of a chapter's cases, e.g. golden_dir("ch01").
 std::string golden_dir(const std::string& chapter);
 
