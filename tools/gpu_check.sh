@@ -39,6 +39,18 @@ for t in $build/test_ch*_solution $build/tests/emu/test_emu; do
     run "racecheck_$n" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 1 "$t"
 done
 run tour $build/demo/tour
+# The debugging appendix's failures, recorded as they happen (they are meant to fail).
+record() {  # record NAME COMMAND...: keep the output and the exit status, judge nothing
+    local name=$1
+    shift
+    { echo "\$ ${*#"$build/"}"; "$@" 2>&1; echo "(exit status $?)"; } > "$out/$name.txt" 2>&1
+}
+lying=$build/demo/lying_block_table
+record appendix_checked $lying checked
+record appendix_out_of_range $lying out-of-range
+record appendix_out_of_range_memcheck compute-sanitizer --tool memcheck $lying out-of-range
+record appendix_stale $lying stale
+record appendix_stale_memcheck compute-sanitizer --tool memcheck $lying stale
 for b in $build/bench/bench_ch*; do
     n=$(basename "$b")
     run "$n" "$b" --csv "$top/$n.csv" --md "$top/$n.md"

@@ -64,6 +64,8 @@ class Block {
                          const char* what, const char* file, int line);
   unsigned active_mask() const;
   int lane() const { return current_ % 32; }
+  // "block (x,y,z), thread (x,y,z)" of the thread running now, for diagnoses.
+  std::string where() const;
 
  private:
   void start_fibers(const std::function<void()>& body, size_t stack_bytes);
@@ -73,7 +75,6 @@ class Block {
   void thread_exited(int i);
   bool release_block_barrier();
   std::string describe_waiters() const;
-  std::string where() const;
 
   std::vector<Thread> threads_;
   std::vector<Warp> warps_;

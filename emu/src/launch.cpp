@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "block.h"
+#include "crash_report.h"
 #include "state.h"
 
 namespace emu {
@@ -23,6 +24,7 @@ std::mutex g_attr_mutex;
 std::unordered_map<const void*, size_t> g_smem_optin;  // kernel -> raised dynamic limit
 
 struct Job {
+  const void* kernel;
   const std::function<void()>* body;
   dim3 grid, block;
   size_t smem;
@@ -36,6 +38,8 @@ struct Job {
 
 void run_blocks(Job& job) {
   thread_local Block block;
+  install_crash_report();
+  set_current_kernel(job.kernel);
   const uint64_t total = uint64_t(job.grid.x) * job.grid.y * job.grid.z;
   gridDim = job.grid;
   blockDim = job.block;
@@ -171,6 +175,7 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t smem,
                                 "kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))"
                               : ""));
   Job job;
+  job.kernel = kernel;
   job.body = &body;
   job.grid = grid;
   job.block = block;

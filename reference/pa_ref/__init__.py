@@ -9,6 +9,13 @@ from .block_manager import BlockAllocator, BlockManager, OutOfBlocks, build_batc
 from .dtypes import E4M3_MAX, dequantize_e4m3, quantize_e4m3, round_to
 from .memory import GIB, KVConfig, dense_memory_report, paged_memory_report
 from .paged import k_pool_index, pack_x, paged_gather, reshape_and_cache, v_pool_index
+from .paged_attention import (
+    PARTITION_SIZE,
+    decode_partitions,
+    merge_partitions,
+    paged_decode_attention,
+    partitioned_decode_attention,
+)
 from .trace import (
     DEFAULT_NUM_REQUESTS,
     DEFAULT_SEED,
@@ -22,6 +29,7 @@ __all__ = [
     "DEFAULT_SEED",
     "E4M3_MAX",
     "GIB",
+    "PARTITION_SIZE",
     "BlockAllocator",
     "BlockManager",
     "KVConfig",
@@ -29,12 +37,16 @@ __all__ = [
     "SplitMix64",
     "build_batch",
     "decode_attention",
+    "decode_partitions",
     "dense_memory_report",
     "dequantize_e4m3",
     "k_pool_index",
+    "merge_partitions",
     "pack_x",
+    "paged_decode_attention",
     "paged_gather",
     "paged_memory_report",
+    "partitioned_decode_attention",
     "quantize_e4m3",
     "reshape_and_cache",
     "round_to",

@@ -10,7 +10,7 @@ last; a build system can use it as the output it waits for.
 
 A chapter adds its cases by defining chapter_NN(out_dir) (chapter 1 here,
 later ones in golden_chNN.py) and listing it in CHAPTERS at the bottom of this
-file. golden_io.py holds the case writer they share.
+file. golden_io.py holds the case writer and the TOLERANCES they share.
 """
 
 import argparse
@@ -25,21 +25,11 @@ from .attention import decode_attention
 from .dtypes import round_to
 from .golden_ch02 import chapter_02
 from .golden_ch03 import chapter_03
-from .golden_io import case_seed, write_case
+from .golden_ch04 import chapter_04
+from .golden_io import TOLERANCES, case_seed, write_case
 from .memory import GIB, KVConfig, dense_memory_report
 from .trace import DEFAULT_NUM_REQUESTS, DEFAULT_SEED, synthetic_trace
 
-# Suggested comparison tolerances, |got - expected| <= atol + rtol * |expected|.
-# They assume fp32 arithmetic inside the kernel and an output (and possibly the
-# softmax weights) rounded to the storage dtype: about 2^-11 relative for fp16
-# and 2^-8 for bf16, on outputs of magnitude up to ~4. An fp32-accumulating kernel
-# that rounds its softmax weights and output to the dtype stays within half of
-# these bounds on every chapter-1 case (tests/test_golden.py checks it).
-TOLERANCES = {
-    "fp32": (1e-5, 1e-5),
-    "fp16": (2e-3, 2e-3),
-    "bf16": (1e-2, 1e-2),
-}
 
 
 # ---------------------------------------------------------------- chapter 1
@@ -187,6 +177,7 @@ CHAPTERS = {
     1: chapter_01,
     2: chapter_02,
     3: chapter_03,
+    4: chapter_04,  # chapters 4 and 5 (v1 and v2 paged decode) share these cases
 }
 
 

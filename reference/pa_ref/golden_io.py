@@ -4,6 +4,19 @@ import zlib
 
 import numpy as np
 
+# Suggested comparison tolerances, |got - expected| <= atol + rtol * |expected|.
+# They assume fp32 arithmetic inside the kernel and an output (and possibly the
+# softmax weights) rounded to the storage dtype: about 2^-11 relative for fp16
+# and 2^-8 for bf16, on outputs of magnitude up to ~4. An fp32-accumulating kernel
+# that rounds its softmax weights and output to the dtype stays within half of
+# these bounds on every chapter-1 and chapter-4 case (tests/test_golden.py and
+# tests/test_golden_ch04.py check it).
+TOLERANCES = {
+    "fp32": (1e-5, 1e-5),
+    "fp16": (2e-3, 2e-3),
+    "bf16": (1e-2, 1e-2),
+}
+
 
 def case_seed(name):
     """A fixed seed per case, taken from its name, so adding a case changes no other."""

@@ -1,0 +1,159 @@
+// Your exercise file. (Generated from solutions/05-paged-attention-v2/paged_attention_v2.cu; instructors regenerate with tools/make_skeletons.py.)
+// Chapter 5, exercises 1 and 2 of 2: the partitioned kernel and the reduce kernel.
+#include <algorithm>
+
+#include "attend_block.cuh"  // chapter 4's building blocks (from its solution)
+#include "pa/ch05_paged_attention_v2.h"
+#include "pa/launch.h"
+
+namespace pa::ch05 {
+
+using ch04::attend_kv_block;
+using ch04::kWarps;
+using ch04::merge_warps;
+using ch04::WarpState;
+
+// Where partition p of (sequence, head) keeps its results in the workspace.
+__host__ __device__ inline int64_t partition_index(int seq, int head, int p, int num_q_heads,
+                                                   int max_partitions) {
+  return (int64_t(seq) * num_q_heads + head) * max_partitions + p;
+}
+
+// ANCHOR: v2_kernel
+// Grid (query head, sequence, partition). Like v1, restricted to one partition's blocks.
+template <typename T, int D, int BS>
+__global__ void __launch_bounds__(kWarps * 32)
+paged_attention_v2_kernel(float* max_logits, float* exp_sums, float* partial_out, const T* q,
+                          const T* k_pool, const T* v_pool, const int* block_table,
+                          const int* context_lens, float scale, PagedAttentionShape s) {
+  constexpr int kRows = (D + 31) / 32;
+  constexpr int kBlocksPerPartition = kPartitionSize / BS;
+  const int head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
+  const int max_partitions = gridDim.z;
+  const int kv_head = head / (s.num_q_heads / s.num_kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int len = context_lens[seq];
+  if (part * kPartitionSize >= len) return;  // this sequence has no tokens here
+
+  __shared__ float q_s[D];
+  __shared__ float p_s[kWarps][BS];
+  for (int d = threadIdx.x; d < D; d += blockDim.x)
+    q_s[d] = to_float(q[(int64_t(seq) * s.num_q_heads + head) * D + d]) * scale;
+  __syncthreads();
+
+  WarpState<kRows> st;
+  st.m = -INFINITY;
+  st.l = 0.f;
+  for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
+  const int* table = block_table + int64_t(seq) * s.max_blocks_per_seq;
+  const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
+  // TODO(ch05): walk only this partition's logical blocks: from part * kBlocksPerPartition
+  //   up to (but excluding) the next partition's first block or the sequence's last block,
+  //   warp w taking every kWarps-th as in v1. Then merge_warps(st) and let warp 0 write
+  //   st.m, st.l and the normalised st.acc rows to max_logits, exp_sums and partial_out
+  //   (partial_out row (seq, head, part) has D floats) at partition_index(...).
+  // (your code here)
+}
+// ANCHOR_END: v2_kernel
+
+// ANCHOR: reduce_kernel
+// Grid (query head, sequence): merges the sequence's partitions into out.
+template <typename T>
+__global__ void paged_attention_v2_reduce_kernel(T* out, const float* max_logits,
+                                                 const float* exp_sums, const float* partial_out,
+                                                 const int* context_lens, int max_partitions,
+                                                 PagedAttentionShape s) {
+  const int head = blockIdx.x, seq = blockIdx.y, D = s.head_size;
+  const int len = context_lens[seq];
+  const int parts = (len + kPartitionSize - 1) / kPartitionSize;
+  T* o = out + (int64_t(seq) * s.num_q_heads + head) * D;
+  const int64_t first = partition_index(seq, head, 0, s.num_q_heads, max_partitions);
+  // TODO(ch05): write out. len 0: zeros. One partition: its partial output as it is (so
+  //   that v2 equals v1 bit for bit). Otherwise M = max of the max_logits, each partition
+  //   weighs w_p = exp_sums[p] * exp(max_logits[p] - M), and
+  //   out[d] = sum_p w_p * partial_out[p][d] / sum_p w_p. Each thread may loop over the
+  //   partitions itself: no shared array, so no limit on the context length.
+  // (your code here)
+}
+// ANCHOR_END: reduce_kernel
+
+void Workspace::reserve(int num_seqs, int num_q_heads, int partitions, int head_size) {
+  const size_t rows = size_t(num_seqs) * num_q_heads * partitions;
+  if (max_logits_.size() < rows) {
+    max_logits_ = DeviceBuffer<float>(rows);
+    exp_sums_ = DeviceBuffer<float>(rows);
+  }
+  if (partial_out_.size() < rows * head_size) partial_out_ = DeviceBuffer<float>(rows * head_size);
+}
+
+template <typename T, int D, int BS>
+void launch_v2(const PagedAttentionShape& s, T* out, const T* q, const T* k_pool, const T* v_pool,
+               const int* bt, const int* lens, int parts, float scale, Workspace& ws,
+               cudaStream_t stream) {
+  launch(paged_attention_v2_kernel<T, D, BS>, dim3(s.num_q_heads, s.num_seqs, parts),
+         dim3(kWarps * 32), 0, stream, ws.max_logits(), ws.exp_sums(), ws.partial_out(), q,
+         k_pool, v_pool, bt, lens, scale, s);
+  launch(paged_attention_v2_reduce_kernel<T>, dim3(s.num_q_heads, s.num_seqs), dim3(128), 0,
+         stream, out, static_cast<const float*>(ws.max_logits()),
+         static_cast<const float*>(ws.exp_sums()), static_cast<const float*>(ws.partial_out()),
+         lens, parts, s);
+}
+
+template <typename T, int D>
+void dispatch_block_size(const PagedAttentionShape& s, T* out, const T* q, const T* k_pool,
+                         const T* v_pool, const int* bt, const int* lens, int parts, float scale,
+                         Workspace& ws, cudaStream_t stream) {
+  switch (s.block_size) {
+    case 8: return launch_v2<T, D, 8>(s, out, q, k_pool, v_pool, bt, lens, parts, scale, ws, stream);
+    case 16: return launch_v2<T, D, 16>(s, out, q, k_pool, v_pool, bt, lens, parts, scale, ws, stream);
+    case 32: return launch_v2<T, D, 32>(s, out, q, k_pool, v_pool, bt, lens, parts, scale, ws, stream);
+  }
+}
+
+template <typename T>
+void paged_attention_v2(const PagedAttentionShape& s, T* out, const T* q, const T* k_pool,
+                        const T* v_pool, const int* block_table, const int* context_lens,
+                        int max_context_len, float scale, Workspace& ws, cudaStream_t stream) {
+  ch04::check_shape(s);
+  PA_REQUIRE(max_context_len >= 0, "max_context_len must be >= 0, got " << max_context_len);
+  PA_REQUIRE(int64_t(max_context_len) <= int64_t(s.max_blocks_per_seq) * s.block_size,
+             "max_context_len " << max_context_len << " is beyond the table's capacity of "
+                                << s.max_blocks_per_seq << " blocks x " << s.block_size);
+  const int parts = std::max(1, num_partitions(max_context_len));
+  PA_REQUIRE(parts <= 65535, "max_context_len " << max_context_len << " needs too many partitions");
+  ws.reserve(s.num_seqs, s.num_q_heads, parts, s.head_size);
+  switch (s.head_size) {
+    case 64: return dispatch_block_size<T, 64>(s, out, q, k_pool, v_pool, block_table, context_lens, parts, scale, ws, stream);
+    case 80: return dispatch_block_size<T, 80>(s, out, q, k_pool, v_pool, block_table, context_lens, parts, scale, ws, stream);
+    case 96: return dispatch_block_size<T, 96>(s, out, q, k_pool, v_pool, block_table, context_lens, parts, scale, ws, stream);
+    case 112: return dispatch_block_size<T, 112>(s, out, q, k_pool, v_pool, block_table, context_lens, parts, scale, ws, stream);
+    case 128: return dispatch_block_size<T, 128>(s, out, q, k_pool, v_pool, block_table, context_lens, parts, scale, ws, stream);
+    case 256: return dispatch_block_size<T, 256>(s, out, q, k_pool, v_pool, block_table, context_lens, parts, scale, ws, stream);
+  }
+}
+
+template <typename T>
+void paged_attention(const PagedAttentionShape& s, T* out, const T* q, const T* k_pool,
+                     const T* v_pool, const int* block_table, const int* context_lens,
+                     int max_context_len, float scale, Workspace& ws, cudaStream_t stream) {
+  int sms = 0;
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (choose_version(s, max_context_len, sms) == Version::v1)
+    ch04::paged_attention_v1(s, out, q, k_pool, v_pool, block_table, context_lens, scale, stream);
+  else
+    paged_attention_v2(s, out, q, k_pool, v_pool, block_table, context_lens, max_context_len, scale,
+                       ws, stream);
+}
+
+#define PA_INSTANTIATE(T)                                                                          \
+  template void paged_attention_v2<T>(const PagedAttentionShape&, T*, const T*, const T*,         \
+                                      const T*, const int*, const int*, int, float, Workspace&,   \
+                                      cudaStream_t);                                               \
+  template void paged_attention<T>(const PagedAttentionShape&, T*, const T*, const T*, const T*,  \
+                                   const int*, const int*, int, float, Workspace&, cudaStream_t);
+PA_INSTANTIATE(float)
+PA_INSTANTIATE(half)
+PA_INSTANTIATE(bf16)
+#undef PA_INSTANTIATE
+
+}  // namespace pa::ch05

@@ -1,0 +1,121 @@
+// Chapter 4: paged attention v1 against the float64 reference, with permuted physical
+// blocks, NaN in every slot and table entry the kernel must not read, and edge lengths.
+#include <gtest/gtest.h>
+
+#include "paged_case.h"
+#include "pa/ch04_paged_attention.h"
+
+namespace {
+
+using pa::ch04::PagedAttentionShape;
+using pa::test::GoldenCase;
+using pa::test::PagedCase;
+
+template <typename T>
+std::vector<T> run_v1(PagedCase<T>& c) {
+  c.out.fill_bytes(0xFF);  // poison: an output the kernel never writes stays NaN
+  pa::ch04::paged_attention_v1<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
+                                  c.d_table.get(), c.d_lens.get(), c.scale);
+  return c.out.download();
+}
+
+template <typename T>
+void check_case(const GoldenCase& g) {
+  PagedCase<T> c(g);
+  const std::vector<T> got = run_v1(c);
+  EXPECT_TRUE(pa::test::all_close(got, c.expected, c.atol, c.rtol))
+      << "case " << c.name << ": " << g.param("note");
+  // Metamorphic: the same cache stored in other physical blocks gives the same output.
+  PagedCase<T> moved(g, /*permutation_seed=*/7);
+  const std::vector<T> again = run_v1(moved);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(pa::to_float(again[i]), pa::to_float(got[i])) << "permuted blocks changed output " << i;
+}
+
+class PagedV1Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PagedV1Golden, MatchesReferenceAndIgnoresBlockPlacement) {
+  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + GetParam());
+  switch (pa::parse_dtype(g.param("dtype"))) {
+    case pa::DType::fp32: return check_case<float>(g);
+    case pa::DType::fp16: return check_case<pa::half>(g);
+    case pa::DType::bf16: return check_case<pa::bf16>(g);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch04, PagedV1Golden,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
+                         [](const auto& info) { return info.param; });
+
+TEST(PagedV1Errors, UnsupportedShapesAreRefused) {
+  pa::DeviceBuffer<float> buf(1024);
+  pa::DeviceBuffer<int> ints(16);
+  auto run = [&](PagedAttentionShape s) {
+    return pa::test::error_of([&] {
+      pa::ch04::paged_attention_v1<float>(s, buf.get(), buf.get(), buf.get(), buf.get(),
+                                          ints.get(), ints.get(), 1.f);
+    });
+  };
+  EXPECT_NE(run({1, 4, 4, 100, 16, 4, 2}).find("head_size 100 is not supported"), std::string::npos);
+  EXPECT_NE(run({1, 4, 4, 64, 12, 4, 2}).find("block_size 12 is not supported"), std::string::npos);
+  EXPECT_NE(run({1, 6, 4, 64, 16, 4, 2}).find("must be a multiple of num_kv_heads"), std::string::npos);
+  EXPECT_NE(run({0, 4, 4, 64, 16, 4, 2}).find("num_seqs must be in 1..65535"), std::string::npos);
+  EXPECT_NE(run({1, 4, 4, 64, 16, 4, 0}).find("max_blocks_per_seq must be positive"), std::string::npos);
+}
+
+// The checked mode refuses a lying block table before any kernel can read it.
+TEST(PagedV1Errors, CheckedModeRefusesBadMetadata) {
+  pa::ch03::BatchMetadata md;
+  md.num_seqs = 1;
+  md.max_blocks_per_seq = 2;
+  md.block_table = {3, 9};
+  md.context_lens = {20};
+  EXPECT_NE(pa::test::error_of([&] { pa::ch04::DeviceBatch batch(md, 8, 16); })
+                .find("block_table[0][1] = 9 is not a block of the pool"),
+            std::string::npos);
+  md.block_table = {3, 5};
+  md.context_lens = {40};
+  EXPECT_NE(pa::test::error_of([&] { pa::ch04::DeviceBatch batch(md, 8, 16); })
+                .find("beyond the table's capacity"),
+            std::string::npos);
+  md.context_lens = {20};
+  pa::ch04::DeviceBatch ok(md, 8, 16);
+  EXPECT_EQ(ok.max_context_len, 20);
+}
+
+// GPU only: block ids times the block stride pass 2^31 elements (a 9 GiB pool).
+TEST(PagedV1Large, OffsetsBeyondTwoToThe31) {
+  if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "needs 9 GiB of GPU memory";
+  const PagedAttentionShape s{2, 8, 2, 128, 16, 140000, 4};  // 8192 elements per block and head
+  const size_t elems = size_t(s.num_blocks) * s.num_kv_heads * s.head_size * s.block_size;
+  std::vector<int> table = {139990, 131100, 135000, 139999, 138000, 132000, 131073, 139500};
+  std::vector<int> lens = {61, 50};
+  // Fill only the blocks in use (host copies of those blocks), leave the rest poisoned.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const size_t per_block = size_t(s.num_kv_heads) * s.head_size * s.block_size;
+  pa::DeviceBuffer<pa::half> k(elems), v(elems);
+  k.fill_bytes(0xFF);
+  v.fill_bytes(0xFF);
+  std::vector<pa::half> hk(elems), hv(elems);  // host mirrors, only used blocks filled
+  for (int id : table) {
+    std::vector<pa::half> bk(per_block), bv(per_block);
+    for (size_t i = 0; i < per_block; ++i) {
+      bk[i] = hk[size_t(id) * per_block + i] = pa::from_float<pa::half>(normal(rng));
+      bv[i] = hv[size_t(id) * per_block + i] = pa::from_float<pa::half>(normal(rng));
+    }
+    PA_CUDA_CHECK(cudaMemcpy(k.get() + size_t(id) * per_block, bk.data(), per_block * 2, cudaMemcpyHostToDevice));
+    PA_CUDA_CHECK(cudaMemcpy(v.get() + size_t(id) * per_block, bv.data(), per_block * 2, cudaMemcpyHostToDevice));
+  }
+  std::vector<pa::half> hq(size_t(s.num_seqs) * s.num_q_heads * s.head_size);
+  for (auto& e : hq) e = pa::from_float<pa::half>(normal(rng));
+  pa::DeviceBuffer<pa::half> q(hq), out(hq.size());
+  pa::DeviceBuffer<int> d_table(table), d_lens(lens);
+  out.fill_bytes(0xFF);
+  pa::ch04::paged_attention_v1<pa::half>(s, out.get(), q.get(), k.get(), v.get(), d_table.get(),
+                                         d_lens.get(), 0.0883883f);
+  const auto want = pa::test::host_paged_decode(s, hq, hk, hv, table, lens, 0.0883883f);
+  EXPECT_TRUE(pa::test::all_close(out.download(), want, 2e-3, 2e-3));
+}
+
+}  // namespace

@@ -1,0 +1,107 @@
+// Chapter 5: paged attention v2 (partitions of 512 tokens and a reduce) against the
+// reference; v2 with one partition equals v1 bit for bit; long contexts on the GPU.
+#include <gtest/gtest.h>
+
+#include "paged_case.h"
+#include "pa/ch05_paged_attention_v2.h"
+
+namespace {
+
+using pa::ch04::PagedAttentionShape;
+using pa::test::GoldenCase;
+using pa::test::PagedCase;
+
+template <typename T>
+void check_case(const GoldenCase& g) {
+  PagedCase<T> c(g);
+  pa::ch05::Workspace ws;
+  c.out.fill_bytes(0xFF);
+  pa::ch05::paged_attention_v2<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
+                                  c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale, ws);
+  const std::vector<T> v2 = c.out.download();
+  EXPECT_TRUE(pa::test::all_close(v2, c.expected, c.atol, c.rtol))
+      << "case " << c.name << ": " << g.param("note");
+
+  c.out.fill_bytes(0xFF);
+  pa::ch04::paged_attention_v1<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
+                                  c.d_table.get(), c.d_lens.get(), c.scale);
+  const std::vector<T> v1 = c.out.download();
+  for (size_t i = 0; i < v1.size(); ++i) {
+    const int seq = int(i / (size_t(c.shape.num_q_heads) * c.shape.head_size));
+    if (c.context_lens[seq] <= pa::ch05::kPartitionSize)  // one partition: identical to v1
+      ASSERT_EQ(pa::to_float(v2[i]), pa::to_float(v1[i])) << "output " << i << ", sequence " << seq;
+  }
+  // The automatic choice gives the reference answer too.
+  c.out.fill_bytes(0xFF);
+  pa::ch05::paged_attention<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
+                               c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale, ws);
+  EXPECT_TRUE(pa::test::all_close(c.out.download(), c.expected, c.atol, c.rtol)) << "paged_attention";
+}
+
+class PagedV2Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PagedV2Golden, MatchesReferenceAndV1) {
+  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + GetParam());
+  switch (pa::parse_dtype(g.param("dtype"))) {
+    case pa::DType::fp32: return check_case<float>(g);
+    case pa::DType::fp16: return check_case<pa::half>(g);
+    case pa::DType::bf16: return check_case<pa::bf16>(g);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch05, PagedV2Golden,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
+                         [](const auto& info) { return info.param; });
+
+TEST(PagedV2, HeuristicSplitsOnlyWhenTheGridIsSmall) {
+  using pa::ch05::Version;
+  const PagedAttentionShape few{8, 32, 8, 128, 16, 1 << 14, 2048};
+  EXPECT_EQ(pa::ch05::choose_version(few, 512, 132), Version::v1);    // one partition
+  EXPECT_EQ(pa::ch05::choose_version(few, 32768, 132), Version::v2);  // 256 blocks, long
+  const PagedAttentionShape many{512, 32, 8, 128, 16, 1 << 14, 2048};
+  EXPECT_EQ(pa::ch05::choose_version(many, 4096, 132), Version::v1);  // 16384 blocks fill it
+}
+
+TEST(PagedV2, MaxContextBeyondTheTableIsRefused) {
+  pa::DeviceBuffer<float> buf(1024);
+  pa::DeviceBuffer<int> ints(16);
+  pa::ch05::Workspace ws;
+  const std::string msg = pa::test::error_of([&] {
+    pa::ch05::paged_attention_v2<float>({1, 4, 4, 64, 16, 4, 2}, buf.get(), buf.get(), buf.get(),
+                                        buf.get(), ints.get(), ints.get(), 33, 1.f, ws);
+  });
+  EXPECT_NE(msg.find("beyond the table's capacity"), std::string::npos) << msg;
+}
+
+// GPU only: 32K-token contexts against a float64 host reference, and v1 against v2 there.
+TEST(PagedV2Long, ThirtyTwoThousandTokens) {
+  if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "long contexts run on the GPU";
+  const int len = 32768, bs = 16, blocks = len / bs;
+  const PagedAttentionShape s{2, 8, 2, 128, bs, 2 * blocks + 7, blocks};
+  const size_t per_block = size_t(s.num_kv_heads) * s.head_size * bs;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<pa::half> k(per_block * s.num_blocks), v(k.size()),
+      q(size_t(s.num_seqs) * s.num_q_heads * s.head_size);
+  for (auto& e : k) e = pa::from_float<pa::half>(normal(rng));
+  for (auto& e : v) e = pa::from_float<pa::half>(normal(rng));
+  for (auto& e : q) e = pa::from_float<pa::half>(normal(rng));
+  std::vector<int> ids(s.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int> table(ids.begin(), ids.begin() + 2 * blocks), lens = {len, len - 1000};
+  pa::DeviceBuffer<pa::half> dk(k), dv(v), dq(q), out(q.size());
+  pa::DeviceBuffer<int> dt(table), dl(lens);
+  pa::ch05::Workspace ws;
+  const float scale = 0.0883883f;
+  pa::ch05::paged_attention_v2<pa::half>(s, out.get(), dq.get(), dk.get(), dv.get(), dt.get(),
+                                         dl.get(), len, scale, ws);
+  const auto v2 = out.download();
+  const auto want = pa::test::host_paged_decode(s, q, k, v, table, lens, scale);
+  EXPECT_TRUE(pa::test::all_close(v2, want, 2e-3, 2e-3)) << "v2";
+  pa::ch04::paged_attention_v1<pa::half>(s, out.get(), dq.get(), dk.get(), dv.get(), dt.get(),
+                                         dl.get(), scale);
+  EXPECT_TRUE(pa::test::all_close(out.download(), want, 2e-3, 2e-3)) << "v1";
+}
+
+}  // namespace
