@@ -47,7 +47,7 @@ void paged_attention_v2(const PagedAttentionShape& s, T* out, const T* q, const 
 // ANCHOR: heuristic
 enum class Version { v1, v2 };
 // v1 when one partition covers every sequence (v2 would only add the reduce), or when
-// the v1 grid alone already fills the GPU several times over; otherwise v2.
+// the v1 grid alone has about 8 thread blocks per SM; otherwise v2.
 Version choose_version(const PagedAttentionShape& s, int max_context_len, int num_sms);
 // ANCHOR_END: heuristic
 
