@@ -22,6 +22,10 @@ red=$(bash tools/run_chapter.sh "$build" chapter 1 2>&1 || true)
 "$build/demo/tour" --chapter 1 > "$gen/ch01-tour.txt"
 "$build/demo/tour" --chapter 2 > "$gen/ch02-tour.txt"
 
+# The decode-kernel plot, drawn from the CSV files the H100 benchmarks wrote.
+"$python" bench/plot.py "$gen/decode-bench.svg" bench/results/ch01-dense.csv \
+    bench/results/ch04-paged-attention.csv
+
 # Appendix B: the emulator's report of a block table that points outside the pool (the
 # program is meant to crash; the GPU's side of the story is in book/src/recorded/).
 cmake --build "$build" --target lying_block_table > /dev/null
