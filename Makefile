@@ -54,8 +54,8 @@ test-solution-%: configure
 test: configure
 	@bash tools/run_tests.sh $(BUILD) $(BACKEND) $(PYTHON)
 
-book: setup
-	@$(dir $(PYTHON))mdbook build book 2>&1 | tail -n 3
+book: configure
+	@bash tools/build_book.sh $(BUILD) $(PYTHON)
 	@echo "The book is in book/book/index.html"
 
 doctor:

@@ -1,8 +1,9 @@
 // Your exercise file. (Generated from solutions/05-paged-attention-v2/paged_attention_v2.cu; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 5, exercises 1 and 2 of 2: the partitioned kernel and the reduce kernel.
+// Chapter 5, exercise 1 of 2: the partitioned kernel (the reduce is in reduce_partitions.cuh).
 #include <algorithm>
 
 #include "attend_block.cuh"  // chapter 4's building blocks (from its solution)
+#include "reduce_partitions.cuh"
 #include "pa/ch05_paged_attention_v2.h"
 #include "pa/launch.h"
 
@@ -12,12 +13,6 @@ using ch04::attend_kv_block;
 using ch04::kWarps;
 using ch04::merge_warps;
 using ch04::WarpState;
-
-// Where partition p of (sequence, head) keeps its results in the workspace.
-__host__ __device__ inline int64_t partition_index(int seq, int head, int p, int num_q_heads,
-                                                   int max_partitions) {
-  return (int64_t(seq) * num_q_heads + head) * max_partitions + p;
-}
 
 // ANCHOR: v2_kernel
 // Grid (query head, sequence, partition). Like v1, restricted to one partition's blocks.
@@ -56,26 +51,6 @@ paged_attention_v2_kernel(float* max_logits, float* exp_sums, float* partial_out
 }
 // ANCHOR_END: v2_kernel
 
-// ANCHOR: reduce_kernel
-// Grid (query head, sequence): merges the sequence's partitions into out.
-template <typename T>
-__global__ void paged_attention_v2_reduce_kernel(T* out, const float* max_logits,
-                                                 const float* exp_sums, const float* partial_out,
-                                                 const int* context_lens, int max_partitions,
-                                                 PagedAttentionShape s) {
-  const int head = blockIdx.x, seq = blockIdx.y, D = s.head_size;
-  const int len = context_lens[seq];
-  const int parts = (len + kPartitionSize - 1) / kPartitionSize;
-  T* o = out + (int64_t(seq) * s.num_q_heads + head) * D;
-  const int64_t first = partition_index(seq, head, 0, s.num_q_heads, max_partitions);
-  // TODO(ch05): write out. len 0: zeros. One partition: its partial output as it is (so
-  //   that v2 equals v1 bit for bit). Otherwise M = max of the max_logits, each partition
-  //   weighs w_p = exp_sums[p] * exp(max_logits[p] - M), and
-  //   out[d] = sum_p w_p * partial_out[p][d] / sum_p w_p. Each thread may loop over the
-  //   partitions itself: no shared array, so no limit on the context length.
-  // (your code here)
-}
-// ANCHOR_END: reduce_kernel
 
 void Workspace::reserve(int num_seqs, int num_q_heads, int partitions, int head_size) {
   const size_t rows = size_t(num_seqs) * num_q_heads * partitions;
@@ -84,6 +59,12 @@ void Workspace::reserve(int num_seqs, int num_q_heads, int partitions, int head_
     exp_sums_ = DeviceBuffer<float>(rows);
   }
   if (partial_out_.size() < rows * head_size) partial_out_ = DeviceBuffer<float>(rows * head_size);
+}
+
+void Workspace::poison() {
+  max_logits_.fill_bytes(0xFF);
+  exp_sums_.fill_bytes(0xFF);
+  partial_out_.fill_bytes(0xFF);
 }
 
 template <typename T, int D, int BS>

@@ -30,6 +30,8 @@ class Workspace {
   float* max_logits() { return max_logits_.get(); }
   float* exp_sums() { return exp_sums_.get(); }
   float* partial_out() { return partial_out_.get(); }
+  // Fills the scratch with NaN: a reduce that reads a partition no kernel wrote shows it.
+  void poison();
 
  private:
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;

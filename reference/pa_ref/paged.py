@@ -13,11 +13,11 @@ Nothing here rounds: writing to and reading from a pool only moves values.
 import numpy as np
 
 # Bytes per element of each storage format that a pool can hold.
-_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
+_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 def pack_x(dtype_name):
-    """Elements of dtype_name in one 16-byte chunk of K: 8 for fp16/bf16, 4 for fp32."""
+    """Elements of dtype_name in one 16-byte chunk of K: 16 for fp8, 8 for fp16/bf16, 4 for fp32."""
     if dtype_name not in _ITEMSIZE:
         raise ValueError(f"unknown dtype {dtype_name!r}; expected one of {sorted(_ITEMSIZE)}")
     return 16 // _ITEMSIZE[dtype_name]

@@ -83,10 +83,11 @@ TEST(PagedV1Errors, CheckedModeRefusesBadMetadata) {
   EXPECT_EQ(ok.max_context_len, 20);
 }
 
-// GPU only: block ids times the block stride pass 2^31 elements (a 9 GiB pool).
+// GPU only: block ids times the block stride pass 2^31 elements: block 131073 starts at
+// element 131073 * 16384 > 2^31 (two pools of 4.6 GB).
 TEST(PagedV1Large, OffsetsBeyondTwoToThe31) {
   if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "needs 9 GiB of GPU memory";
-  const PagedAttentionShape s{2, 8, 2, 128, 16, 140000, 4};  // 8192 elements per block and head
+  const PagedAttentionShape s{2, 8, 8, 128, 16, 140000, 4};  // 16384 elements per block
   const size_t elems = size_t(s.num_blocks) * s.num_kv_heads * s.head_size * s.block_size;
   std::vector<int> table = {139990, 131100, 135000, 139999, 138000, 132000, 131073, 139500};
   std::vector<int> lens = {61, 50};

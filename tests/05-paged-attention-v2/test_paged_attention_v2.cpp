@@ -15,6 +15,11 @@ template <typename T>
 void check_case(const GoldenCase& g) {
   PagedCase<T> c(g);
   pa::ch05::Workspace ws;
+  // Scratch for more partitions than any sequence has, all NaN: a reduce that reads a
+  // partition past its sequence's own count (or one no kernel wrote) leaks NaN.
+  ws.reserve(c.shape.num_seqs, c.shape.num_q_heads, pa::ch05::num_partitions(c.max_context_len) + 2,
+             c.shape.head_size);
+  ws.poison();
   c.out.fill_bytes(0xFF);
   pa::ch05::paged_attention_v2<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
                                   c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale, ws);

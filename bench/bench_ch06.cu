@@ -1,0 +1,110 @@
+// GPU benchmark of chapter 6: paged attention on an fp8 cache against the same kernels on
+// an fp16 cache (fp16 activations, D = 128, block_size 16, permuted blocks), both
+// versions, on the standard shapes. The fp8 cache moves half the bytes.
+//   usage: bench_ch06 [--csv FILE] [--md FILE]
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "pa/ch06_fp8.h"
+#include "pa/dtype.h"
+#include "pa/launch.h"
+
+namespace {
+
+// Random bytes that are e4m3 values of moderate size (never NaN): sign, exponent 4..10.
+__global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 13;
+    p[i] = uint8_t((h & 0x80u) | ((4u + (h >> 8) % 7u) << 3) | ((h >> 16) & 7u));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto outputs = pa::bench::parse_outputs(argc, argv);
+  try {
+    cudaDeviceProp prop;
+    PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const auto ceil = pa::bench::measure_ceilings();
+    struct Shape { int hq, hkv, b, l; };
+    const std::vector<Shape> shapes = {
+        {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
+    const int bs = 16, D = 128;
+    std::vector<pa::bench::Row> rows;
+    pa::ch05::Workspace ws;
+    for (const Shape& sh : shapes) {
+      const int M = sh.l / bs;
+      const pa::ch04::PagedAttentionShape s{sh.b, sh.hq, sh.hkv, D, bs, sh.b * M, M};
+      const size_t pool = size_t(s.num_blocks) * sh.hkv * D * bs;
+      const size_t qn = size_t(sh.b) * sh.hq * D;
+      const std::string shape = std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) + "/" +
+                                std::to_string(sh.b) + "/" + std::to_string(sh.l);
+      std::vector<int> table(size_t(s.num_blocks));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(3));
+      pa::DeviceBuffer<int> d_table(table), lens(std::vector<int>(sh.b, sh.l));
+      pa::DeviceBuffer<pa::half> q(qn), out(qn);
+      pa::bench::fill_random_half(q.get(), qn, 2, false);
+      pa::DeviceBuffer<float> k_scale(std::vector<float>{0.05f}), v_scale(std::vector<float>{0.03f});
+      const float scale = 1.f / std::sqrt(float(D));
+      const bool v2 = pa::ch05::choose_version(s, sh.l, prop.multiProcessorCount) == pa::ch05::Version::v2;
+      const std::string version = v2 ? " (v2)" : " (v1)";
+      double fp16_ms = 0;
+      {  // the fp16 cache, the version the chapter-5 heuristic picks
+        const double bytes = 2.0 * (2.0 * double(pool) + 2.0 * double(qn));
+        const int copies = pa::bench::rotation_count(size_t(bytes));
+        std::vector<pa::DeviceBuffer<pa::half>> k, v;
+        for (int c = 0; c < copies; ++c) {
+          k.emplace_back(pool);
+          v.emplace_back(pool);
+          pa::bench::fill_random_half(k.back().get(), pool, 17 + c, false);
+          pa::bench::fill_random_half(v.back().get(), pool, 61 + c, false);
+        }
+        fp16_ms = pa::bench::median_ms([&](int i) {
+          const int c = i % copies;
+          pa::ch05::paged_attention<pa::half>(s, out.get(), q.get(), k[c].get(), v[c].get(),
+                                              d_table.get(), lens.get(), sh.l, scale, ws);
+        });
+        const double tb = bytes / (fp16_ms * 1e-3) / 1e12;
+        rows.push_back({"fp16 cache" + version, shape, fp16_ms * 1e3, bytes, tb, 100 * tb / ceil.read_tbps, "read"});
+      }
+      {  // the fp8 cache, same version
+        const double bytes = 2.0 * double(pool) + 4.0 * double(qn);
+        const int copies = pa::bench::rotation_count(size_t(bytes));
+        std::vector<pa::DeviceBuffer<uint8_t>> k, v;
+        for (int c = 0; c < copies; ++c) {
+          k.emplace_back(pool);
+          v.emplace_back(pool);
+          pa::launch(fill_e4m3, dim3(1024), dim3(256), 0, nullptr, k.back().get(), pool, 5u + c);
+          pa::launch(fill_e4m3, dim3(1024), dim3(256), 0, nullptr, v.back().get(), pool, 9u + c);
+        }
+        const double ms = pa::bench::median_ms([&](int i) {
+          const int c = i % copies;
+          if (v2)
+            pa::ch06::paged_attention_v2_fp8<pa::half>(s, out.get(), q.get(), k[c].get(), v[c].get(),
+                                                       d_table.get(), lens.get(), sh.l, k_scale.get(),
+                                                       v_scale.get(), scale, ws);
+          else
+            pa::ch06::paged_attention_v1_fp8<pa::half>(s, out.get(), q.get(), k[c].get(), v[c].get(),
+                                                       d_table.get(), lens.get(), k_scale.get(),
+                                                       v_scale.get(), scale);
+        });
+        const double tb = bytes / (ms * 1e-3) / 1e12;
+        rows.push_back({"fp8 cache" + version, shape, ms * 1e3, bytes, tb, 100 * tb / ceil.read_tbps, "read"});
+        std::printf("%s: fp8 over fp16 speed-up %.2fx\n", shape.c_str(), fp16_ms / ms);
+      }
+    }
+    pa::bench::report(rows, ceil, prop.name, outputs.csv, outputs.md);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,76 @@
+// Your exercise file. (Generated from solutions/07-copy-on-write/shared_block_manager.cpp; instructors regenerate with tools/make_skeletons.py.)
+// Chapter 7, exercises 1 to 3 of 4: reference-counted blocks with copy-on-write.
+#include "pa/ch07_cow.h"
+
+namespace pa::ch07 {
+
+SharedBlockManager::SharedBlockManager(int num_blocks, int block_size)
+    : block_size_(block_size), allocator_(num_blocks), refcount_(size_t(num_blocks), 0) {
+  PA_REQUIRE(block_size == 8 || block_size == 16 || block_size == 32,
+             "block_size " << block_size << " is not supported (8, 16 or 32)");
+}
+
+SharedBlockManager::Sequence& SharedBlockManager::find(int seq_id, const char* what) {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), what << ": unknown sequence " << seq_id);
+  return it->second;
+}
+
+void SharedBlockManager::add_sequence(int seq_id) {
+  PA_REQUIRE(!has_sequence(seq_id), "add_sequence: sequence " << seq_id << " already exists");
+  seqs_.emplace(seq_id, Sequence{});
+}
+
+const std::vector<int>& SharedBlockManager::block_list(int seq_id) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), "block_list: unknown sequence " << seq_id);
+  return it->second.blocks;
+}
+
+int SharedBlockManager::length(int seq_id) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), "length: unknown sequence " << seq_id);
+  return it->second.length;
+}
+
+std::vector<BlockCopy> SharedBlockManager::take_copies() {
+  std::vector<BlockCopy> out;
+  out.swap(pending_);
+  return out;
+}
+
+// ANCHOR: fork
+void SharedBlockManager::fork(int parent, int child) {
+  const Sequence& p = find(parent, "fork");
+  PA_REQUIRE(!has_sequence(child), "fork: sequence " << child << " already exists");
+  // TODO(ch07): the child starts as a copy of the parent's length and block list, and
+  //   becomes one more owner of every one of those blocks (no data is copied).
+  PA_TODO("ch07");
+}
+// ANCHOR_END: fork
+
+// ANCHOR: append_slots
+std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
+  Sequence& seq = find(seq_id, "append_slots");
+  PA_REQUIRE(n >= 0, "append_slots: negative token count " << n << " for sequence " << seq_id);
+  const int bs = block_size_;
+  // TODO(ch07): chapter 3's append_slots, plus copy-on-write. If n > 0 and the tail block
+  //   is shared (refcount > 1) and not full (length % block_size != 0), the tail must be
+  //   copied before anything is written: allocate a block, record {old, new} in pending_,
+  //   drop one count of the old block, and put the new one (count 1) in its place. Count
+  //   the copy in the free-block check that comes first, so a failure changes nothing.
+  //   New blocks start with count 1. A shared tail that is full is left alone.
+  PA_TODO("ch07");
+}
+// ANCHOR_END: append_slots
+
+// ANCHOR: release
+void SharedBlockManager::release(int seq_id) {
+  Sequence& seq = find(seq_id, "release");
+  // TODO(ch07): drop one count of each block, in list order; free a block (chapter 2's
+  //   allocator) when its count reaches zero. Then forget the sequence.
+  PA_TODO("ch07");
+}
+// ANCHOR_END: release
+
+}  // namespace pa::ch07

@@ -1,0 +1,71 @@
+// Chapter 7: copy-on-write and sharing.
+//
+// Sequences that share a prefix (parallel samples of one prompt, beams, requests with a
+// common system prompt) can share the prefix's blocks instead of holding copies. Each
+// block has a reference count: fork() adds the child as one more owner of every block of
+// the parent; release() drops the owner and frees a block when its count reaches zero.
+// A shared block is never written: appending to a sequence whose tail block is shared and
+// not full first copies that block (copy-on-write) and writes into the copy.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "pa/ch02_paged.h"
+
+namespace pa::ch07 {
+
+struct BlockCopy {
+  int src, dst;  // copy physical block src into physical block dst (K and V, every layer)
+};
+
+// ANCHOR: manager
+class SharedBlockManager {
+ public:
+  SharedBlockManager(int num_blocks, int block_size);
+
+  void add_sequence(int seq_id);  // an empty sequence; throws if seq_id is live
+  // child (a new id) shares every block of parent: same list, same length, counts + 1.
+  void fork(int parent, int child);
+  // As chapter 3's append_slots, with copy-on-write of a shared, non-full tail block
+  // first (recorded for take_copies). Throws ch02::OutOfBlocks, changing nothing, if the
+  // copy plus the new blocks do not fit.
+  std::vector<int64_t> append_slots(int seq_id, int n);
+  // Drops the sequence's ownership of each block (in list order); a block whose count
+  // reaches zero returns to the free list.
+  void release(int seq_id);
+  // The copies that must run (ch07::copy_blocks) before this step's writes; clears them.
+  std::vector<BlockCopy> take_copies();
+
+  bool has_sequence(int seq_id) const { return seqs_.count(seq_id) != 0; }
+  const std::vector<int>& block_list(int seq_id) const;
+  int length(int seq_id) const;
+  int refcount(int block) const { return refcount_.at(size_t(block)); }
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return allocator_.num_blocks(); }
+  const ch02::BlockAllocator& allocator() const { return allocator_; }
+
+ private:
+  struct Sequence {
+    int length = 0;
+    std::vector<int> blocks;
+  };
+  Sequence& find(int seq_id, const char* what);
+  int block_size_;
+  ch02::BlockAllocator allocator_;
+  std::vector<int> refcount_;  // owners of each block; 0 = free
+  std::unordered_map<int, Sequence> seqs_;
+  std::vector<BlockCopy> pending_;
+};
+// ANCHOR_END: manager
+
+// Copies each (src, dst) block of every layer's K and V pool in one launch.
+// k_pools[l], v_pools[l]: device pointers to layer l's pools (chapter 2's layouts).
+// Throws pa::Error for a block id out of range or src == dst.
+template <typename T>
+void copy_blocks(const std::vector<T*>& k_pools, const std::vector<T*>& v_pools,
+                 const ch02::PoolShape& s, const std::vector<BlockCopy>& copies,
+                 cudaStream_t stream = nullptr);
+
+}  // namespace pa::ch07

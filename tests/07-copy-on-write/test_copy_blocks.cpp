@@ -1,0 +1,66 @@
+// Chapter 7: copy_blocks moves whole blocks of every layer's K and V in one launch.
+#include <gtest/gtest.h>
+
+#include "compare.h"
+#include "golden.h"
+#include "pa/ch07_cow.h"
+
+namespace {
+
+using pa::test::GoldenCase;
+
+template <typename T>
+void check_case(const GoldenCase& c) {
+  const pa::ch02::PoolShape s{int(c.param_int("num_blocks")), int(c.param_int("block_size")),
+                              int(c.param_int("num_kv_heads")), int(c.param_int("head_size"))};
+  const int layers = int(c.param_int("num_layers"));
+  const auto k_all = c.get<float>("k_pools"), v_all = c.get<float>("v_pools");
+  const size_t per_layer = k_all.size() / size_t(layers);
+  std::vector<pa::DeviceBuffer<T>> k, v;
+  std::vector<T*> kp, vp;
+  for (int l = 0; l < layers; ++l) {
+    k.emplace_back(pa::test::to_dtype<T>(std::vector<float>(k_all.begin() + l * per_layer, k_all.begin() + (l + 1) * per_layer)));
+    v.emplace_back(pa::test::to_dtype<T>(std::vector<float>(v_all.begin() + l * per_layer, v_all.begin() + (l + 1) * per_layer)));
+    kp.push_back(k.back().get());
+    vp.push_back(v.back().get());
+  }
+  const auto pairs = c.get<int>("pairs");
+  std::vector<pa::ch07::BlockCopy> copies;
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) copies.push_back({pairs[i], pairs[i + 1]});
+  pa::ch07::copy_blocks<T>(kp, vp, s, copies);
+  const auto want_k = c.get<float>("expected_k_pools"), want_v = c.get<float>("expected_v_pools");
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_TRUE(pa::test::exactly_equal(k[l].download(), std::vector<float>(want_k.begin() + l * per_layer, want_k.begin() + (l + 1) * per_layer)))
+        << "K, layer " << l << ", " << c.name();
+    EXPECT_TRUE(pa::test::exactly_equal(v[l].download(), std::vector<float>(want_v.begin() + l * per_layer, want_v.begin() + (l + 1) * per_layer)))
+        << "V, layer " << l << ", " << c.name();
+  }
+}
+
+class CopyGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CopyGolden, PoolsMatchReference) {
+  const GoldenCase c(pa::test::golden_dir("ch07") + "/" + GetParam());
+  switch (pa::parse_dtype(c.param("dtype"))) {
+    case pa::DType::fp32: return check_case<float>(c);
+    case pa::DType::fp16: return check_case<pa::half>(c);
+    case pa::DType::bf16: return check_case<pa::bf16>(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch07, CopyGolden, ::testing::ValuesIn(pa::test::golden_case_names("ch07", "copy_")),
+                         [](const auto& info) { return info.param; });
+
+TEST(CopyBlocks, BadCopiesAreRefused) {
+  const pa::ch02::PoolShape s{4, 16, 1, 64};
+  pa::DeviceBuffer<float> k(4 * 16 * 64), v(4 * 16 * 64);
+  std::vector<float*> kp = {k.get()}, vp = {v.get()};
+  EXPECT_NE(pa::test::error_of([&] { pa::ch07::copy_blocks<float>(kp, vp, s, {{1, 4}}); })
+                .find("outside the pool of 4 blocks"),
+            std::string::npos);
+  EXPECT_NE(pa::test::error_of([&] { pa::ch07::copy_blocks<float>(kp, vp, s, {{2, 2}}); })
+                .find("copied onto itself"),
+            std::string::npos);
+}
+
+}  // namespace

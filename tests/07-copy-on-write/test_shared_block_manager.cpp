@@ -1,0 +1,143 @@
+// Chapter 7: reference-counted blocks and copy-on-write, replayed against the reference
+// model and checked for their invariants under random interleavings.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "compare.h"
+#include "golden.h"
+#include "pa/ch07_cow.h"
+
+namespace {
+
+using pa::ch07::SharedBlockManager;
+using pa::test::GoldenCase;
+
+enum Op { kAdd = 0, kAppend = 1, kRelease = 2, kFork = 3 };
+
+class ScriptGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ScriptGolden, ReplayMatchesReferenceModel) {
+  const GoldenCase c(pa::test::golden_dir("ch07") + "/" + GetParam());
+  SharedBlockManager m(int(c.param_int("num_blocks")), int(c.param_int("block_size")));
+  const auto kind = c.get<int>("op_kind"), seq = c.get<int>("op_seq"), n = c.get<int>("op_n"),
+             parent = c.get<int>("op_parent"), error = c.get<int>("expect_error"),
+             num_free = c.get<int>("expect_num_free"), copy_counts = c.get<int>("expect_copy_counts");
+  const auto slots = c.get<int64_t>("expect_slots");
+  const auto copies = c.get<int>("expect_copies");  // [K, 2]
+  size_t next_slot = 0, next_copy = 0;
+  for (size_t i = 0; i < kind.size(); ++i) {
+    SCOPED_TRACE("operation " + std::to_string(i));
+    if (kind[i] == kAdd) m.add_sequence(seq[i]);
+    if (kind[i] == kRelease) m.release(seq[i]);
+    if (kind[i] == kFork) m.fork(parent[i], seq[i]);
+    if (kind[i] == kAppend) {
+      if (error[i]) {
+        const int before = m.length(seq[i]);
+        ASSERT_THROW(m.append_slots(seq[i], n[i]), pa::ch02::OutOfBlocks);
+        ASSERT_EQ(m.length(seq[i]), before);
+      } else {
+        for (int64_t s : m.append_slots(seq[i], n[i])) {
+          ASSERT_EQ(s, slots[next_slot++]);
+          ASSERT_EQ(m.refcount(int(s / m.block_size())), 1) << "a write into a shared block";
+        }
+      }
+    }
+    const auto made = m.take_copies();
+    ASSERT_EQ(int(made.size()), copy_counts[i]);
+    for (const auto& cp : made) {
+      ASSERT_EQ(cp.src, copies[2 * next_copy]);
+      ASSERT_EQ(cp.dst, copies[2 * next_copy + 1]);
+      ++next_copy;
+    }
+    ASSERT_EQ(m.allocator().num_free(), num_free[i]);
+  }
+  EXPECT_EQ(next_slot, slots.size());
+  EXPECT_EQ(2 * next_copy, copies.size());
+  const auto refcounts = c.get<int>("final_refcounts");
+  for (int b = 0; b < m.num_blocks(); ++b) EXPECT_EQ(m.refcount(b), refcounts[size_t(b)]) << "block " << b;
+  const auto ids = c.get<int>("final_seq_ids"), lens = c.get<int>("final_lengths");
+  const auto lists = c.get<int>("final_block_lists");
+  const size_t width = ids.empty() ? 0 : lists.size() / ids.size();
+  for (size_t s = 0; s < ids.size(); ++s) {
+    ASSERT_EQ(m.length(ids[s]), lens[s]);
+    std::vector<int> want;
+    for (size_t j = 0; j < width && lists[s * width + j] >= 0; ++j) want.push_back(lists[s * width + j]);
+    EXPECT_EQ(m.block_list(ids[s]), want) << "sequence " << ids[s];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch07, ScriptGolden,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch07", "script_")),
+                         [](const auto& info) { return info.param; });
+
+// Thousands of random fork / append / release steps against a model that copies on fork.
+TEST(SharedBlockManager, InvariantsHoldUnderRandomInterleavings) {
+  for (int bs : {8, 16}) {
+    std::mt19937 rng(50 + bs);
+    SharedBlockManager m(64, bs);
+    std::map<int, std::vector<int64_t>> logical;  // the model: each sequence's slots, unshared
+    int next_id = 0;
+    for (int step = 0; step < 6000; ++step) {
+      const int op = int(rng() % 10);
+      if (logical.empty() || op == 0) {
+        m.add_sequence(next_id);
+        logical[next_id++] = {};
+      } else if (op == 1 && logical.size() < 12) {
+        auto it = std::next(logical.begin(), rng() % logical.size());
+        m.fork(it->first, next_id);
+        logical[next_id++] = it->second;
+      } else if (op == 2) {
+        auto it = std::next(logical.begin(), rng() % logical.size());
+        m.release(it->first);
+        logical.erase(it);
+      } else {
+        auto it = std::next(logical.begin(), rng() % logical.size());
+        const int n = op == 3 ? int(rng() % (2 * bs + 2)) : 1;
+        try {
+          const auto got = m.append_slots(it->first, n);
+          for (int64_t s : got) ASSERT_EQ(m.refcount(int(s / bs)), 1) << "a write into a shared block";
+          // Copy-on-write moved the tail: the model's slots of that block move with it.
+          for (const auto& cp : m.take_copies())
+            for (int64_t& s : it->second)
+              if (s / bs == cp.src) s = int64_t(cp.dst) * bs + s % bs;
+          it->second.insert(it->second.end(), got.begin(), got.end());
+        } catch (const pa::ch02::OutOfBlocks&) {
+          ASSERT_EQ(m.length(it->first), int(it->second.size()));
+          ASSERT_TRUE(m.take_copies().empty()) << "a failed append left a copy behind";
+        }
+      }
+      // Counts equal the owners; never negative; free exactly when unowned; every
+      // sequence's list maps its positions to the slots the model expects.
+      std::map<int, int> owners;
+      for (const auto& [id, slots] : logical) {
+        const auto& blocks = m.block_list(id);
+        ASSERT_EQ(m.length(id), int(slots.size()));
+        ASSERT_EQ(int(blocks.size()), (int(slots.size()) + bs - 1) / bs);
+        for (int b : blocks) ++owners[b];
+        for (size_t p = 0; p < slots.size(); ++p)
+          ASSERT_EQ(slots[p], int64_t(blocks[p / bs]) * bs + int64_t(p % bs));
+      }
+      for (int b = 0; b < m.num_blocks(); ++b) {
+        const int want = owners.count(b) ? owners[b] : 0;
+        ASSERT_EQ(m.refcount(b), want) << "block " << b;
+        ASSERT_EQ(m.allocator().is_allocated(b), want > 0) << "block " << b;
+      }
+    }
+    for (const auto& [id, slots] : logical) m.release(id);
+    EXPECT_EQ(m.allocator().num_free(), 64) << "every block must be freed exactly once";
+  }
+}
+
+TEST(SharedBlockManager, BadCallsAreRefused) {
+  SharedBlockManager m(4, 16);
+  m.add_sequence(1);
+  EXPECT_NE(pa::test::error_of([&] { m.fork(2, 3); }).find("unknown sequence 2"), std::string::npos);
+  EXPECT_NE(pa::test::error_of([&] { m.fork(1, 1); }).find("already exists"), std::string::npos);
+  EXPECT_NE(pa::test::error_of([&] { m.append_slots(1, -1); }).find("negative token count"),
+            std::string::npos);
+}
+
+}  // namespace
