@@ -21,6 +21,8 @@ red=$(bash tools/run_chapter.sh "$build" chapter 1 2>&1 || true)
 # What the tour prints for each chapter on this machine (chapters 2 and 3 share a section).
 "$build/demo/tour" --chapter 1 > "$gen/ch01-tour.txt"
 "$build/demo/tour" --chapter 2 > "$gen/ch02-tour.txt"
+"$build/demo/tour" --chapter 6 > "$gen/ch06-tour.txt"
+"$build/demo/tour" --chapter 7 > "$gen/ch07-tour.txt"
 
 # The decode-kernel plot, drawn from the CSV files the H100 benchmarks wrote.
 "$python" bench/plot.py "$gen/decode-bench.svg" bench/results/ch01-dense.csv \

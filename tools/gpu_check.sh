@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine: build the CUDA backend, run every test, compute-sanitizer memcheck and
 # racecheck, the tour and the benchmarks. Results go to $OUT (default: build/gpu-check):
-# summary.txt, bench_*.md/csv, and every log in logs.tgz.
+# summary.txt, the benchmarks' bench_*.md/csv in results.tgz, every log in logs.tgz.
 #   usage: bash tools/gpu_check.sh [ARCH]        (ARCH default 90)
 set -uo pipefail
 arch=${1:-90}
 top=${OUT:-build/gpu-check}
 out=$top/logs
-mkdir -p "$out"
+results=$top/results
+mkdir -p "$out" "$results"
 build=build/cuda
 export PATH=$PATH:/usr/local/cuda/bin
 summary=()
@@ -53,9 +54,10 @@ record appendix_stale $lying stale
 record appendix_stale_memcheck compute-sanitizer --tool memcheck $lying stale
 for b in $build/bench/bench_ch*; do
     n=$(basename "$b")
-    run "$n" "$b" --csv "$top/$n.csv" --md "$top/$n.md"
+    run "$n" "$b" --csv "$results/$n.csv" --md "$results/$n.md"
 done
 echo
 printf '%s\n' "${summary[@]}" | tee "$top/summary.txt"
 # At most a few files come back from a lent GPU: pack the logs into one.
 tar -czf "$top/logs.tgz" -C "$top" logs && rm -rf "$out"
+tar -czf "$top/results.tgz" -C "$top" results && rm -rf "$results"
