@@ -6,11 +6,14 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -x "$nvcc" ] || { echo "nvcc not found: install the CUDA toolkit (make doctor)"; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Earlier chapters' device headers (.cuh) come from their solutions, as in CMakeLists.txt.
+deps=()
+for d in solutions/*/; do deps+=("-I$d"); done
 fails=0 count=0
 for f in solutions/*/*.cu chapters/*/*.cu tests/emu/test_semantics.cu; do
     [ -e "$f" ] || continue
     count=$((count + 1))
-    if "$nvcc" -std=c++17 -arch=sm_90 -Iinclude -c "$f" -o "$out/k.o" 2> "$out/err"; then
+    if "$nvcc" -std=c++17 -arch=sm_90 -Iinclude "${deps[@]}" -c "$f" -o "$out/k.o" 2> "$out/err"; then
         echo "  ok    $f"
     else
         echo "  FAIL  $f"; sed 's/^/        /' "$out/err" | head -n 20
