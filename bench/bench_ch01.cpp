@@ -2,7 +2,6 @@
 // (fp16, D = 128), against the read ceiling measured in the same run.
 //   usage: bench_ch01 [--csv FILE] [--md FILE]
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,11 +16,8 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const auto ceil = pa::bench::measure_ceilings();
-    struct Shape { int hq, hkv, b, l; };
-    const std::vector<Shape> shapes = {
-        {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
     std::vector<pa::bench::Row> rows;
-    for (const Shape& sh : shapes) {
+    for (const pa::bench::Shape& sh : pa::bench::standard_shapes()) {
       const pa::ch01::DenseShape s{sh.b, sh.l, sh.hq, sh.hkv, 128};
       const size_t kv = size_t(s.num_seqs) * s.max_seq_len * s.num_kv_heads * s.head_size;
       const size_t qn = size_t(s.num_seqs) * s.num_q_heads * s.head_size;
@@ -45,8 +41,7 @@ int main(int argc, char** argv) {
                                              lens.get(), scale);
       });
       const double tbps = bytes / (ms * 1e-3) / 1e12;
-      rows.push_back({"ch01 dense decode", std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) +
-                                               "/" + std::to_string(sh.b) + "/" + std::to_string(sh.l),
+      rows.push_back({"ch01 dense decode", sh.name(),
                       ms * 1e3, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
     }
     pa::bench::report(rows, ceil, prop.name, outputs.csv, outputs.md);

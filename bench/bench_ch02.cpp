@@ -5,9 +5,6 @@
 // overhead on a decode step is visible.   usage: bench_ch02 [--csv FILE] [--md FILE]
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,12 +20,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const auto ceil = pa::bench::measure_ceilings();
-    struct Shape { int hq, hkv, b, l; };
-    const std::vector<Shape> shapes = {
-        {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
     const int bs = 16, D = 128;
     std::vector<pa::bench::Row> rows;
-    for (const Shape& sh : shapes) {
+    for (const pa::bench::Shape& sh : pa::bench::standard_shapes()) {
       const int M = sh.l / bs;
       const pa::ch02::PoolShape ps{sh.b * M, bs, sh.hkv, D};
       const size_t kv = size_t(pa::ch02::pool_elems(ps));
@@ -41,13 +35,10 @@ int main(int argc, char** argv) {
         pa::bench::fill_random_half(kp.back().get(), kv, 31 + c, false);
         pa::bench::fill_random_half(vp.back().get(), kv, 71 + c, false);
       }
-      std::vector<int> table(size_t(sh.b) * M);
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), std::mt19937(5));  // scattered physical blocks
+      const std::vector<int> table = pa::bench::permuted_blocks(sh.b * M, 5);  // scattered blocks
       pa::DeviceBuffer<int> d_table(table), lens(std::vector<int>(sh.b, sh.l));
       pa::DeviceBuffer<pa::half> kd(kv), vd(kv);
-      const std::string shape = std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) + "/" +
-                                std::to_string(sh.b) + "/" + std::to_string(sh.l);
+      const std::string shape = sh.name();
       const double gather_ms = pa::bench::median_ms([&](int i) {
         const int c = i % copies;
         pa::ch02::gather_kv<pa::half>(ps, kp[c].get(), vp[c].get(), d_table.get(), M, lens.get(),

@@ -4,8 +4,6 @@
 //   usage: bench_ch04 [--csv FILE] [--md FILE]
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,13 +17,10 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const auto ceil = pa::bench::measure_ceilings();
-    struct Shape { int hq, hkv, b, l; };
-    const std::vector<Shape> shapes = {
-        {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
     const int bs = 16, D = 128;
     std::vector<pa::bench::Row> rows;
     pa::ch05::Workspace ws;
-    for (const Shape& sh : shapes) {
+    for (const pa::bench::Shape& sh : pa::bench::standard_shapes()) {
       const int M = sh.l / bs;
       const pa::ch04::PagedAttentionShape s{sh.b, sh.hq, sh.hkv, D, bs, sh.b * M, M};
       const size_t pool = size_t(s.num_blocks) * sh.hkv * D * bs;
@@ -39,15 +34,12 @@ int main(int argc, char** argv) {
         pa::bench::fill_random_half(k.back().get(), pool, 17 + c, false);
         pa::bench::fill_random_half(v.back().get(), pool, 61 + c, false);
       }
-      std::vector<int> table(size_t(s.num_blocks));
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), std::mt19937(3));  // scattered physical blocks
+      const std::vector<int> table = pa::bench::permuted_blocks(s.num_blocks, 3);  // scattered blocks
       pa::DeviceBuffer<int> d_table(table), lens(std::vector<int>(sh.b, sh.l));
       pa::DeviceBuffer<pa::half> q(qn), out(qn);
       pa::bench::fill_random_half(q.get(), qn, 2, false);
       const float scale = 1.f / std::sqrt(float(D));
-      const std::string shape = std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) + "/" +
-                                std::to_string(sh.b) + "/" + std::to_string(sh.l);
+      const std::string shape = sh.name();
       auto add = [&](const std::string& name, double ms) {
         const double tbps = bytes / (ms * 1e-3) / 1e12;
         rows.push_back({name, shape, ms * 1e3, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});

@@ -4,8 +4,6 @@
 //   usage: bench_ch06 [--csv FILE] [--md FILE]
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -33,22 +31,16 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const auto ceil = pa::bench::measure_ceilings();
-    struct Shape { int hq, hkv, b, l; };
-    const std::vector<Shape> shapes = {
-        {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
     const int bs = 16, D = 128;
     std::vector<pa::bench::Row> rows;
     pa::ch05::Workspace ws;
-    for (const Shape& sh : shapes) {
+    for (const pa::bench::Shape& sh : pa::bench::standard_shapes()) {
       const int M = sh.l / bs;
       const pa::ch04::PagedAttentionShape s{sh.b, sh.hq, sh.hkv, D, bs, sh.b * M, M};
       const size_t pool = size_t(s.num_blocks) * sh.hkv * D * bs;
       const size_t qn = size_t(sh.b) * sh.hq * D;
-      const std::string shape = std::to_string(sh.hq) + "/" + std::to_string(sh.hkv) + "/" +
-                                std::to_string(sh.b) + "/" + std::to_string(sh.l);
-      std::vector<int> table(size_t(s.num_blocks));
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), std::mt19937(3));
+      const std::string shape = sh.name();
+      const std::vector<int> table = pa::bench::permuted_blocks(s.num_blocks, 3);  // scattered blocks
       pa::DeviceBuffer<int> d_table(table), lens(std::vector<int>(sh.b, sh.l));
       pa::DeviceBuffer<pa::half> q(qn), out(qn);
       pa::bench::fill_random_half(q.get(), qn, 2, false);

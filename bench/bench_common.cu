@@ -2,11 +2,30 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 #include "pa/check.h"
 #include "pa/launch.h"
 
 namespace pa::bench {
+
+std::string Shape::name() const {
+  return std::to_string(hq) + "/" + std::to_string(hkv) + "/" + std::to_string(b) + "/" + std::to_string(l);
+}
+
+const std::vector<Shape>& standard_shapes() {
+  static const std::vector<Shape> shapes = {
+      {32, 8, 32, 4096}, {32, 8, 8, 32768}, {32, 8, 128, 1024}, {32, 32, 32, 4096}, {32, 8, 64, 32}};
+  return shapes;
+}
+
+std::vector<int> permuted_blocks(int n, unsigned seed) {
+  std::vector<int> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  return ids;
+}
 
 Outputs parse_outputs(int argc, char** argv) {
   Outputs out;

@@ -16,6 +16,17 @@ namespace pa::bench {
 // fn receives the run index so the caller can rotate among input copies.
 double median_ms(const std::function<void(int)>& fn, int warmup = 5, int reps = 30);
 
+// The course's standard decode shapes (fp16, D = 128): query heads, KV heads, batch,
+// context length. Four long ones and the short-context case.
+struct Shape {
+  int hq, hkv, b, l;
+  std::string name() const;  // "Hq/Hkv/B/L"
+};
+const std::vector<Shape>& standard_shapes();
+
+// 0 .. n-1 shuffled: a block table whose physical blocks are scattered over the pool.
+std::vector<int> permuted_blocks(int n, unsigned seed);
+
 // --csv FILE and --md FILE, the outputs every benchmark takes.
 struct Outputs {
   std::string csv, md;
