@@ -32,11 +32,20 @@ void copy_blocks(const std::vector<T*>& k_pools, const std::vector<T*>& v_pools,
   PA_REQUIRE(k_pools.size() <= 65535, "copy_blocks: too many layers");
   if (copies.empty()) return;
   std::vector<int> flat;
+  std::vector<char> role(size_t(s.num_blocks), 0);  // 1: a source, 2: a destination
   for (const BlockCopy& c : copies) {
     PA_REQUIRE(c.src >= 0 && c.src < s.num_blocks && c.dst >= 0 && c.dst < s.num_blocks,
                "copy_blocks: copy " << c.src << " -> " << c.dst << " is outside the pool of "
                                     << s.num_blocks << " blocks");
     PA_REQUIRE(c.src != c.dst, "copy_blocks: block " << c.src << " copied onto itself");
+    PA_REQUIRE(role[size_t(c.dst)] == 0,
+               "copy_blocks: block " << c.dst << " is written by one copy and read or written by"
+                                     << " another in the same launch (the copies run in parallel)");
+    PA_REQUIRE(role[size_t(c.src)] != 2,
+               "copy_blocks: block " << c.src << " is read by one copy and written by another"
+                                     << " in the same launch (the copies run in parallel)");
+    role[size_t(c.src)] = 1;
+    role[size_t(c.dst)] = 2;
     flat.push_back(c.src);
     flat.push_back(c.dst);
   }

@@ -15,6 +15,7 @@
 
 namespace pa::ch06 {
 
+// ANCHOR: api
 using ch02::PoolShape;
 using ch04::PagedAttentionShape;
 
@@ -47,6 +48,7 @@ void paged_attention_v2_fp8(const PagedAttentionShape& s, T* out, const T* q,
                             const uint8_t* k_pool, const uint8_t* v_pool, const int* block_table,
                             const int* context_lens, int max_context_len, const float* k_scale,
                             const float* v_scale, float scale, ch05::Workspace& ws,
+// ANCHOR_END: api
                             cudaStream_t stream = nullptr);
 
 }  // namespace pa::ch06

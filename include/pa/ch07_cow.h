@@ -60,12 +60,16 @@ class SharedBlockManager {
 };
 // ANCHOR_END: manager
 
+// ANCHOR: copy_blocks
 // Copies each (src, dst) block of every layer's K and V pool in one launch.
 // k_pools[l], v_pools[l]: device pointers to layer l's pools (chapter 2's layouts).
-// Throws pa::Error for a block id out of range or src == dst.
+// The copies run in parallel, so they must be independent: throws pa::Error for a block
+// id out of range, src == dst, two copies into one block, or a block that is both a
+// destination and a source (take the copies after every step, before the next).
 template <typename T>
 void copy_blocks(const std::vector<T*>& k_pools, const std::vector<T*>& v_pools,
                  const ch02::PoolShape& s, const std::vector<BlockCopy>& copies,
                  cudaStream_t stream = nullptr);
+// ANCHOR_END: copy_blocks
 
 }  // namespace pa::ch07

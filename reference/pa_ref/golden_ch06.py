@@ -29,7 +29,7 @@ The pools hold N(0,1) values (rounded to dtype) quantized with the scales;
 0x7F (NaN) fills the unused slots of each last block and every unowned block.
 `expected` is compared with the dtype's tolerance (atol, rtol), like chapter 4.
 `expected_unquantized` shows what fp8 costs: an honest kernel stays within
-fp8_atol + fp8_rtol * |expected_unquantized| of it (see FP8_TOLERANCE).
+fp8_atol + fp8_rtol * |expected_unquantized| of it (see FP8_ATOL and FP8_RTOL).
 """
 
 from dataclasses import dataclass

@@ -1,6 +1,8 @@
 // Chapter 6: quantizing writes, bit for bit against ml_dtypes' float8_e4m3fn.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "compare.h"
 #include "golden.h"
 #include "pa/ch06_fp8.h"
@@ -16,9 +18,12 @@ bool is_nan_byte(uint8_t b) { return (b & 0x7F) == 0x7F; }  // e4m3fn's only NaN
   if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
   for (size_t i = 0; i < got.size(); ++i) {
     const bool ok = is_nan_byte(want[i]) ? is_nan_byte(got[i]) : got[i] == want[i];
-    if (!ok)
-      return ::testing::AssertionFailure() << "first difference at byte " << i << ": got 0x" << std::hex
-                                           << int(got[i]) << ", want 0x" << int(want[i]);
+    if (!ok) {
+      char msg[96];
+      std::snprintf(msg, sizeof msg, "first difference at byte %zu: got 0x%02x, want 0x%02x", i,
+                    unsigned(got[i]), unsigned(want[i]));
+      return ::testing::AssertionFailure() << msg;
+    }
   }
   return ::testing::AssertionSuccess();
 }

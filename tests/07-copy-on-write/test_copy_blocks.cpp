@@ -61,6 +61,13 @@ TEST(CopyBlocks, BadCopiesAreRefused) {
   EXPECT_NE(pa::test::error_of([&] { pa::ch07::copy_blocks<float>(kp, vp, s, {{2, 2}}); })
                 .find("copied onto itself"),
             std::string::npos);
+  // Chained copies would race: 1 -> 2 while 2 -> 3 reads block 2.
+  EXPECT_NE(pa::test::error_of([&] { pa::ch07::copy_blocks<float>(kp, vp, s, {{1, 2}, {2, 3}}); })
+                .find("the copies run in parallel"),
+            std::string::npos);
+  EXPECT_NE(pa::test::error_of([&] { pa::ch07::copy_blocks<float>(kp, vp, s, {{0, 3}, {1, 3}}); })
+                .find("the copies run in parallel"),
+            std::string::npos);
 }
 
 }  // namespace
