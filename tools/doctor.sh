@@ -128,10 +128,10 @@ echo "Python (.venv, pins in tools/requirements.txt)"
 pin() { sed -n "s/^$1==\([^ ;#]*\).*/\1/p" tools/requirements.txt; }
 if [ -x .venv/bin/python ] && .venv/bin/python -c '' >/dev/null 2>&1; then
     ok "venv .venv ($(.venv/bin/python --version 2>&1))"
-    # One interpreter start for all three packages: prints "name version" or "name -".
+    # One interpreter start for all the packages: prints "name version" or "name -".
     versions=$(.venv/bin/python - <<'EOF' 2>/dev/null
 import importlib, importlib.metadata as md
-for name in ("numpy", "ml_dtypes", "pytest"):
+for name in ("numpy", "ml_dtypes", "pytest", "matplotlib"):
     try:
         importlib.import_module(name)
         print(name, md.version(name))
@@ -139,7 +139,7 @@ for name in ("numpy", "ml_dtypes", "pytest"):
         print(name, "-")
 EOF
     )
-    for name in numpy ml_dtypes pytest; do
+    for name in numpy ml_dtypes pytest matplotlib; do
         have=$(awk -v n="$name" '$1 == n {print $2}' <<<"$versions")
         want=$(pin "$name")
         if [ -z "$have" ] || [ "$have" = - ]; then
