@@ -6,6 +6,7 @@
 
 #include "compare.h"
 #include "golden.h"
+#include "paged_case.h"
 #include "pa/ch06_fp8.h"
 
 namespace {
@@ -14,12 +15,8 @@ using pa::test::GoldenCase;
 
 template <typename T>
 void check_case(const GoldenCase& c) {
-  const auto qs = c.shape("q"), ks = c.shape("k_pool"), ts = c.shape("block_table");
-  const pa::ch04::PagedAttentionShape s{int(qs[0]), int(qs[1]), int(ks[1]), int(qs[2]),
-                                        int(ks[3]), int(ks[0]), int(ts[1])};
-  std::vector<int> table = c.get<int>("block_table");
-  for (int& id : table)
-    if (id < 0) id = c.get<int>("unowned_block")[0];  // padding -> an all-NaN block
+  const pa::ch04::PagedAttentionShape s = pa::test::paged_shape_of(c);
+  const std::vector<int> table = pa::test::table_with_poisoned_padding(c);
   const std::vector<int> lens = c.get<int>("context_lens");
   const int max_len = *std::max_element(lens.begin(), lens.end());
   pa::DeviceBuffer<T> q(pa::test::to_dtype<T>(c.get<float>("q"))), out(q.size());
@@ -74,18 +71,14 @@ TEST(Fp8Scales, SwappedOrIgnoredScalesAreCaught) {
   // whatever k_scale is.
   const GoldenCase c(pa::test::golden_dir("ch06") + "/decode_fp8_fp16_d128_bs16_g2_edges15_16_17");
   ASSERT_EQ(c.param("dtype"), "fp16");
-  const auto qs = c.shape("q"), ks = c.shape("k_pool"), ts = c.shape("block_table");
-  const pa::ch04::PagedAttentionShape s{int(qs[0]), int(qs[1]), int(ks[1]), int(qs[2]),
-                                        int(ks[3]), int(ks[0]), int(ts[1])};
+  const pa::ch04::PagedAttentionShape s = pa::test::paged_shape_of(c);
   pa::DeviceBuffer<pa::half> q(pa::test::to_dtype<pa::half>(c.get<float>("q"))), out(q.size());
   pa::DeviceBuffer<uint8_t> k(c.get<uint8_t>("k_pool")), v(c.get<uint8_t>("v_pool"));
   const float k_s = c.get<float>("k_scale")[0], v_s = c.get<float>("v_scale")[0];
   ASSERT_TRUE(k_s != v_s && k_s != 1.f && v_s != 1.f);
   pa::DeviceBuffer<float> right_k(std::vector<float>{k_s}), right_v(std::vector<float>{v_s}),
       one(std::vector<float>{1.f});
-  std::vector<int> table = c.get<int>("block_table");
-  for (int& id : table) id = id < 0 ? c.get<int>("unowned_block")[0] : id;
-  pa::DeviceBuffer<int> d_table(table), d_lens(c.get<int>("context_lens"));
+  pa::DeviceBuffer<int> d_table(pa::test::table_with_poisoned_padding(c)), d_lens(c.get<int>("context_lens"));
   const float scale = float(c.get<double>("scale")[0]);
   auto close_with = [&](const float* ksp, const float* vsp) {
     pa::ch06::paged_attention_v1_fp8<pa::half>(s, out.get(), q.get(), k.get(), v.get(), d_table.get(),

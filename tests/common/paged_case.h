@@ -16,17 +16,29 @@
 
 namespace pa::test {
 
+// The attention shape of a paged golden case (q [B,Hq,D], k_pool [NB,Hkv,.,BS,.]).
+inline ch04::PagedAttentionShape paged_shape_of(const GoldenCase& c) {
+  const auto qs = c.shape("q"), ks = c.shape("k_pool"), ts = c.shape("block_table");
+  return ch04::PagedAttentionShape{int(qs[0]), int(qs[1]), int(ks[1]), int(qs[2]),
+                                   int(ks[3]), int(ks[0]), int(ts[1])};
+}
+
+// The case's block table with every padding entry pointing at its all-NaN block, so a
+// kernel that reads padding leaks NaN into its output.
+inline std::vector<int> table_with_poisoned_padding(const GoldenCase& c) {
+  std::vector<int> table = c.get<int>("block_table");
+  const int unowned = c.get<int>("unowned_block")[0];
+  for (int& id : table)
+    if (id < 0) id = unowned;
+  return table;
+}
+
 template <typename T>
 struct PagedCase {
   explicit PagedCase(const GoldenCase& c, unsigned permutation_seed = 0) : name(c.name()) {
-    const auto qs = c.shape("q"), ks = c.shape("k_pool"), ts = c.shape("block_table");
-    shape = ch04::PagedAttentionShape{int(qs[0]), int(qs[1]), int(ks[1]), int(qs[2]),
-                                      int(ks[3]), int(ks[0]), int(ts[1])};
+    shape = paged_shape_of(c);
     std::vector<float> k = c.get<float>("k_pool"), v = c.get<float>("v_pool");
-    table = c.get<int>("block_table");
-    const int unowned = c.get<int>("unowned_block")[0];
-    for (int& id : table)
-      if (id < 0) id = unowned;  // padding -> a block full of NaN
+    table = table_with_poisoned_padding(c);
     if (permutation_seed) permute_blocks(k, v, permutation_seed);
     context_lens = c.get<int>("context_lens");
     max_context_len = *std::max_element(context_lens.begin(), context_lens.end());
