@@ -1,6 +1,7 @@
 # The course's front door. Every verb prints a short summary; `make help` lists them.
 #
-#   make demo               the tour: run the finished chapters on a built-in workload
+#   make demo               the serving engine (chapter 8) on the built-in trace
+#   make tour               the tour: each finished chapter on a built-in workload
 #   make test-chapter-1     your code for chapter 1 (red until you finish the TODOs)
 #   make test-solution-1    the reference solution's tests for chapter 1
 #   make test               everything CI checks
@@ -23,7 +24,7 @@ CHAPTERS := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)
         nvcc-check skeletons check-skeletons clean
 
 help:
-	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 ifneq ($(SKIP_SETUP),1)
@@ -39,7 +40,15 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo tour: configure
+# The serving engine, dense policy against paged, with a progress display (a smaller
+# default on the CPU emulator). `make tour` walks the chapters one by one.
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target serve tour > $(BUILD).build.log 2>&1 || \
+	  { cat $(BUILD).build.log; exit 1; }
+	@$(BUILD)/demo/serve
+	@echo "(chapter by chapter: make tour)"
+
+tour: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target tour > $(BUILD).build.log 2>&1 || \
 	  { cat $(BUILD).build.log; exit 1; }
 	@$(BUILD)/demo/tour

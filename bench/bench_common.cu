@@ -56,6 +56,36 @@ double median_ms(const std::function<void(int)>& fn, int warmup, int reps) {
   return ms[reps / 2];
 }
 
+__global__ void spin_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+double median_ms_queued(const std::function<void(int)>& fn, int warmup, int reps) {
+  int khz = 0;
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  const long long cycles = 100LL * khz / 1000;  // about 100 us
+  for (int i = 0; i < warmup; ++i) fn(i);
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  PA_CUDA_CHECK(cudaEventCreate(&a));
+  PA_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    launch(spin_kernel, dim3(1), dim3(1), 0, nullptr, cycles);
+    PA_CUDA_CHECK(cudaEventRecord(a));
+    fn(warmup + i);
+    PA_CUDA_CHECK(cudaEventRecord(b));
+    PA_CUDA_CHECK(cudaEventSynchronize(b));
+    PA_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
 // Four independent 16-byte loads in flight per thread per iteration; the XOR keeps the
 // loads from being optimised away and is written only in the impossible case.
 __global__ void read_kernel(const uint4* __restrict__ p, size_t n, uint4* sink) {

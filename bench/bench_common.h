@@ -16,6 +16,12 @@ namespace pa::bench {
 // fn receives the run index so the caller can rotate among input copies.
 double median_ms(const std::function<void(int)>& fn, int warmup = 5, int reps = 30);
 
+// The same, but each sample's start event is queued behind a ~100 us spin on the GPU, so
+// the call is already waiting when the GPU reaches it: the time is the GPU's alone, not
+// the host's launch latency (which would dominate a kernel of a few us). This is how a
+// serving loop or a CUDA graph sees a kernel; bench_torch.py times PyTorch the same way.
+double median_ms_queued(const std::function<void(int)>& fn, int warmup = 5, int reps = 30);
+
 // The course's standard decode shapes (fp16, D = 128): query heads, KV heads, batch,
 // context length. Four long ones and the short-context case.
 struct Shape {

@@ -29,7 +29,7 @@ def plot(rows, out_path):
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
     width = 0.8 / len(kernels)
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(11, 4.2))
     for i, kernel in enumerate(kernels):
         pct = {r["shape"]: float(r["pct"]) for r in rows if r["kernel"] == kernel}
         xs = [s + (i - (len(kernels) - 1) / 2) * width for s in range(len(shapes))]
@@ -41,7 +41,7 @@ def plot(rows, out_path):
     ax.axhline(100, color="grey", linewidth=0.8)
     device = rows[0]["device"] if rows else ""
     ax.set_title(f"Decode attention on {device}: bytes that must move / time")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
     fig.tight_layout()
     fig.savefig(out_path, metadata={"Date": None})  # no date: the same CSV gives the same file
 

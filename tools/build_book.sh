@@ -24,9 +24,17 @@ red=$(bash tools/run_chapter.sh "$build" chapter 1 2>&1 || true)
 "$build/demo/tour" --chapter 6 > "$gen/ch06-tour.txt"
 "$build/demo/tour" --chapter 7 > "$gen/ch07-tour.txt"
 
+# Chapter 8: the serving demo's comparison of the dense and paged policies on one trace
+# and one KV budget (make demo's default run on this backend, without the progress lines).
+cmake --build "$build" --target serve > /dev/null
+"$build/demo/serve" --quiet > "$gen/ch08-serve.txt"
+
 # The decode-kernel plot, drawn from the CSV files the H100 benchmarks wrote.
 "$python" bench/plot.py "$gen/decode-bench.svg" bench/results/ch01-dense.csv \
     bench/results/ch04-paged-attention.csv
+# Chapter 9: the ladder of versions beside the PyTorch baselines (each CSV carries its own
+# run's ceiling; every bar is against its own run's).
+"$python" bench/plot.py "$gen/ch09-bench.svg" bench/results/ch09-fast-decode.csv bench/results/torch-baselines.csv
 
 # Appendix B: the emulator's report of a block table that points outside the pool (the
 # program is meant to crash; the GPU's side of the story is in book/src/recorded/).

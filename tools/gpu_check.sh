@@ -2,9 +2,11 @@
 # On a GPU machine: build the CUDA backend, run every test, compute-sanitizer memcheck and
 # racecheck, the tour and the benchmarks. Results go to $OUT (default: build/gpu-check):
 # summary.txt, the benchmarks' bench_*.md/csv in results.tgz, every log in logs.tgz.
-#   usage: bash tools/gpu_check.sh [ARCH]        (ARCH default 90)
+#   usage: bash tools/gpu_check.sh [ARCH] [PART]   (ARCH default 90; PART all, tests or
+#          bench: a lent GPU limits one command's time, so the two halves can run apart)
 set -uo pipefail
 arch=${1:-90}
+part=${2:-all}
 top=${OUT:-build/gpu-check}
 out=$top/logs
 results=$top/results
@@ -23,6 +25,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 run configure cmake -S . -B $build -G Ninja -DPA_BACKEND=cuda -DCMAKE_CUDA_ARCHITECTURES=$arch \
     -DPA_PYTHON=python3 -DCMAKE_BUILD_TYPE=Release
 run build cmake --build $build -j 16
+if [ "$part" != bench ]; then
 run test_common $build/test_common
 run test_emu $build/tests/emu/test_emu
 for t in $build/test_ch*_solution; do run "$(basename "$t")" "$t"; done
@@ -52,10 +55,18 @@ record appendix_out_of_range $lying out-of-range
 record appendix_out_of_range_memcheck compute-sanitizer --tool memcheck $lying out-of-range
 record appendix_stale $lying stale
 record appendix_stale_memcheck compute-sanitizer --tool memcheck $lying stale
+fi
+if [ "$part" != tests ]; then
+run serve $build/demo/serve  # chapter 8's engines on the GPU's default trace, with tokens/s
 for b in $build/bench/bench_ch*; do
     n=$(basename "$b")
     run "$n" "$b" --csv "$results/$n.csv" --md "$results/$n.md"
 done
+# The PyTorch baselines of chapter 9 (SDPA on a dense cache, FlexAttention paged); the
+# script skips, and says so, where torch or CUDA is missing.
+run bench_torch_selftest python3 bench/bench_torch.py --self-test
+run bench_torch python3 bench/bench_torch.py --csv "$results/bench_torch.csv" --md "$results/bench_torch.md"
+fi
 echo
 printf '%s\n' "${summary[@]}" | tee "$top/summary.txt"
 # At most a few files come back from a lent GPU: pack the logs into one.

@@ -73,7 +73,8 @@ for dir in solutions/[0-9][0-9]-*/; do
     fi
     step "chapter $num skeleton compiles and fails its tests" skeleton_fails "$build/test_ch${num}_chapter"
 done
-step "the tour runs (make demo)" "$build/demo/tour"
+step "the serving demo runs (make demo)" "$build/demo/serve" --quiet
+step "the tour runs (make tour)" "$build/demo/tour"
 step "the book builds (mdbook)" bash tools/build_book.sh "$build" "$python"
 
 echo

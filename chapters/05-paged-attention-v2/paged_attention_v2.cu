@@ -77,7 +77,7 @@ void launch_v2(const PagedAttentionShape& s, T* out, const T* q, const T* k_pool
   launch(paged_attention_v2_reduce_kernel<T>, dim3(s.num_q_heads, s.num_seqs), dim3(128), 0,
          stream, out, static_cast<const float*>(ws.max_logits()),
          static_cast<const float*>(ws.exp_sums()), static_cast<const float*>(ws.partial_out()),
-         lens, parts, s);
+         lens, kPartitionSize, parts, s);
 }
 
 template <typename T, int D>

@@ -28,6 +28,7 @@ from .golden_ch03 import chapter_03
 from .golden_ch04 import chapter_04
 from .golden_ch06 import chapter_06
 from .golden_ch07 import chapter_07
+from .golden_ch08 import chapter_08
 from .golden_io import TOLERANCES, case_seed, write_case
 from .memory import GIB, KVConfig, dense_memory_report
 from .trace import DEFAULT_NUM_REQUESTS, DEFAULT_SEED, synthetic_trace
@@ -182,6 +183,7 @@ CHAPTERS = {
     4: chapter_04,  # chapters 4 and 5 (v1 and v2 paged decode) share these cases
     6: chapter_06,  # fp8 e4m3 KV cache
     7: chapter_07,  # copy-on-write
+    8: chapter_08,  # prefill attention over paged KV (the serving loop)
 }
 
 

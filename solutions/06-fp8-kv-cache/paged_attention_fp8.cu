@@ -176,7 +176,7 @@ void paged_attention_v2_fp8(const PagedAttentionShape& s, T* out, const T* q,
   launch(ch05::paged_attention_v2_reduce_kernel<T>, dim3(s.num_q_heads, s.num_seqs), dim3(128), 0,
          stream, out, static_cast<const float*>(ws.max_logits()),
          static_cast<const float*>(ws.exp_sums()), static_cast<const float*>(ws.partial_out()),
-         context_lens, parts, s);
+         context_lens, ch05::kPartitionSize, parts, s);
 }
 
 #define PA_INSTANTIATE(T)                                                                         \

@@ -1,0 +1,207 @@
+// Chapter 8: the serving loop. Requests arrive over time; every step the scheduler picks
+// the sequences that run, builds their block tables, context lengths and slot mapping,
+// runs the model once for all of them, and frees a finished request's blocks at once.
+//
+//   continuous batching  a request joins as soon as its prompt's blocks are free and
+//                        leaves the moment it is done; the batch changes every step
+//   chunked prefill      a step computes at most max_tokens_per_step new tokens; a long
+//                        prompt is computed over several steps
+//   preemption           when a running sequence needs a block and none is free, the
+//                        most recently admitted sequence gives its blocks back: swapped
+//                        out to host memory (swap_blocks) or dropped and recomputed later
+//   prefix caching       every full block computed is registered under hash(parent's
+//                        hash, its tokens); a new prompt that starts with the same blocks
+//                        shares them (reference counts, as in chapter 7); a cached block
+//                        nobody owns stays cached until a new block needs its memory
+//                        (least recently used first)
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "pa/ch02_paged.h"
+#include "pa/ch07_cow.h"
+#include "pa/ch08_model.h"
+#include "pa/trace.h"
+
+namespace pa::ch08 {
+
+// ANCHOR: hash
+// The identity of a full block: its tokens and, through the parent's hash, everything
+// before it. Equal hashes mean equal prefixes (the manager also compares the tokens, so
+// that a 64-bit collision cannot hand out the wrong block).
+uint64_t block_hash(uint64_t parent_hash, const int* tokens, int block_size);
+inline constexpr uint64_t kRootHash = 0x8d2ac4f0e3b1ull;  // the parent of a first block
+// ANCHOR_END: hash
+
+// ANCHOR: manager
+class CachingBlockManager {
+ public:
+  CachingBlockManager(int num_blocks, int block_size, bool prefix_caching = true);
+
+  // The cached blocks that hold the longest prefix of `tokens` made of full blocks, and at
+  // most max_tokens tokens long, in order. Takes nothing.
+  std::vector<int> match_prefix(const std::vector<int>& tokens, int max_tokens) const;
+  // Starts sequence seq_id owning `prefix` (one more owner of each: an evictable block
+  // leaves the LRU list). Its length becomes prefix.size() * block_size.
+  void add_sequence(int seq_id, const std::vector<int>& prefix);
+  // Room for n more tokens, chapter 3's rule: a block only when the last one is full.
+  // Throws ch02::OutOfBlocks, changing nothing, if it does not fit.
+  std::vector<int64_t> append_slots(int seq_id, int n);
+  // Blocks append_slots(seq_id, n) would take.
+  int blocks_needed(int seq_id, int n) const;
+  // Holds blocks for `tokens` tokens now (the dense policy's reservation); length unchanged.
+  void reserve(int seq_id, int tokens);
+  // Registers the sequence's full blocks whose tokens[0 .. num_computed) are computed.
+  void commit(int seq_id, const std::vector<int>& tokens, int num_computed);
+  // Drops the sequence's ownership, last block first; a block nobody owns becomes
+  // evictable if it is cached, free otherwise.
+  void release(int seq_id);
+  // Frees every evictable block (forgetting its hash).
+  void clear_cache();
+
+  int num_blocks() const { return allocator_.num_blocks(); }
+  int block_size() const { return block_size_; }
+  int num_free() const { return allocator_.num_free() + int(lru_.size()); }  // free + evictable
+  int num_evictable() const { return int(lru_.size()); }
+  int num_cached() const { return int(cached_.size()); }
+  int refcount(int block) const { return refcount_.at(size_t(block)); }
+  int64_t evictions() const { return evictions_; }
+  bool has_sequence(int seq_id) const { return seqs_.count(seq_id) != 0; }
+  const std::vector<int>& block_list(int seq_id) const;
+  int length(int seq_id) const;
+  const ch02::BlockAllocator& allocator() const { return allocator_; }
+
+ private:
+  struct Sequence {
+    int length = 0;
+    std::vector<int> blocks;
+    std::vector<uint64_t> hashes;  // hashes of the committed full blocks, in order
+  };
+  struct Cached {
+    uint64_t hash = 0, parent = 0;
+    std::vector<int> tokens;
+  };
+  Sequence& find(int seq_id, const char* what);
+  int take_block();       // a free block, else the least recently used evictable one
+  void acquire(int block);
+  int block_size_;
+  bool prefix_caching_;
+  ch02::BlockAllocator allocator_;
+  std::vector<int> refcount_;
+  std::unordered_map<uint64_t, int> cached_;   // hash -> block
+  std::vector<Cached> meta_;                   // per block; hash 0 = not cached
+  std::list<int> lru_;                         // evictable blocks, least recent first
+  std::vector<std::list<int>::iterator> lru_pos_;
+  std::vector<bool> in_lru_;
+  std::unordered_map<int, Sequence> seqs_;
+  int64_t evictions_ = 0;
+};
+// ANCHOR_END: manager
+
+// ANCHOR: swap_blocks
+// Copies whole blocks (K and V, every layer) from one set of pools to another of the same
+// shape: device to host to swap a sequence out, host to device to bring it back.
+void swap_blocks(const std::vector<float*>& src_k, const std::vector<float*>& src_v,
+                 const std::vector<float*>& dst_k, const std::vector<float*>& dst_v,
+                 const ch02::PoolShape& s, int src_blocks, int dst_blocks,
+                 const std::vector<ch07::BlockCopy>& copies, cudaMemcpyKind kind);
+// ANCHOR_END: swap_blocks
+
+enum class Preemption { swap, recompute };
+
+// ANCHOR: engine_config
+struct EngineConfig {
+  int num_blocks = 64;             // the KV budget: blocks of block_size tokens (every layer)
+  int block_size = 16;
+  int max_num_seqs = 32;           // most sequences in one step
+  int max_tokens_per_step = 256;   // new tokens per step (chunked prefill)
+  int max_seq_len = 256;           // prompt + output of any request
+  Preemption preemption = Preemption::recompute;
+  int num_swap_blocks = 256;       // host blocks for swapped-out sequences
+  bool prefix_caching = true;
+  bool dense = false;              // chapter 1's policy: reserve max_seq_len slots per request
+  bool record_logits = false;      // keep the logits of every generated token (tests)
+};
+// ANCHOR_END: engine_config
+
+struct EngineRequest {
+  int id;
+  std::vector<int> prompt;
+  int max_new_tokens;
+  int arrival_step = 0;  // the step at which it arrives
+};
+
+struct StepReport {
+  int step = 0, num_tokens = 0;  // the step's index and new tokens computed
+  int running = 0;   // sequences holding KV blocks (scheduled or not this step)
+  int waiting = 0;   // not admitted yet (still to arrive, or queued, or preempted for recompute)
+  int swapped = 0;   // swapped out to host memory
+  int finished = 0;  // requests that finished in this step
+  int64_t allocated_slots = 0;  // KV slots held by sequences (reserved or in blocks)
+  int64_t used_slots = 0;       // slots holding a computed or scheduled token
+};
+
+struct EngineStats {
+  int steps = 0, finished = 0, peak_running = 0;
+  int preemptions = 0, swap_outs = 0, swap_ins = 0, recomputes = 0;
+  int64_t prompt_tokens = 0, cached_prompt_tokens = 0, computed_tokens = 0, generated_tokens = 0;
+  int64_t sum_allocated_slots = 0, sum_used_slots = 0, peak_wasted_slots = 0;
+};
+
+class Engine {
+ public:
+  Engine(TinyModel& model, const EngineConfig& cfg);
+  ~Engine();
+  // Checks the request (ids unique, tokens in the vocabulary, prompt non-empty, prompt +
+  // output within max_seq_len and within the pool) and queues it.
+  void add_request(const EngineRequest& r);
+  StepReport step();  // one scheduling decision and one forward pass
+  bool done() const;
+  // Steps until every request is finished; calls on_step after each step.
+  void run(const std::function<void(const StepReport&)>& on_step = {});
+
+  const std::map<int, std::vector<int>>& outputs() const { return outputs_; }
+  const std::map<int, std::vector<std::vector<float>>>& logits() const { return logits_; }
+  const EngineStats& stats() const { return stats_; }
+  const CachingBlockManager& blocks() const { return blocks_; }
+  CachingBlockManager& blocks() { return blocks_; }
+  int host_blocks_free() const { return host_alloc_.num_free(); }
+
+ private:
+  struct Seq;
+  void preempt(Seq& victim);
+  void swap_in(Seq& seq);
+  void finish(Seq& seq);
+  TinyModel& model_;
+  EngineConfig cfg_;
+  CachingBlockManager blocks_;
+  PagedKV kv_;
+  std::vector<std::vector<float>> host_k_, host_v_;  // swap space, per layer
+  ch02::BlockAllocator host_alloc_;
+  std::vector<Seq*> pending_;                  // not arrived yet, by arrival step
+  std::deque<Seq*> waiting_, swapped_;
+  std::vector<Seq*> running_;                  // admission order, oldest first
+  std::map<int, std::unique_ptr<Seq>> seqs_;
+  std::map<int, std::vector<int>> outputs_;
+  std::map<int, std::vector<std::vector<float>>> logits_;
+  EngineStats stats_;
+  int now_ = 0;
+};
+
+// ANCHOR: workload
+// The built-in workload: chapter 1's synthetic trace, lengths divided by `shrink`
+// (at least 1), prompts that start with one of `num_prefixes` shared "system prompts" of
+// prefix_len tokens, and `per_step` arrivals per step.
+std::vector<EngineRequest> trace_workload(const std::vector<Request>& trace, int shrink,
+                                          int vocab_size, int num_prefixes, int prefix_len,
+                                          int per_step, uint64_t seed = 8);
+// ANCHOR_END: workload
+
+}  // namespace pa::ch08

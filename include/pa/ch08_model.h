@@ -1,0 +1,107 @@
+// Chapter 8: a tiny decoder whose attention reads and writes the paged KV cache.
+//
+// A few layers of: RMSNorm -> Q, K, V projections -> rotary positions -> attention ->
+// output projection (residual) -> RMSNorm -> SiLU MLP (residual); then a final RMSNorm
+// and the logits. Weights are drawn from a seeded splitmix64, so nothing is downloaded
+// and every run is bit-for-bit the same. Activations and the KV cache are fp32.
+//
+// The same weights run two ways:
+//   paged: a step's new tokens of many sequences at once; K/V go into chapter 2's pools
+//          (reshape_and_cache), decode tokens attend with chapter 5's paged_attention and
+//          prefill chunks with this chapter's prefill_attention;
+//   dense: one token per sequence per call into chapter 1's DenseKVCache, attended with
+//          chapter 1's decode kernel: the reference the paged path must agree with.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "pa/ch01_dense.h"
+#include "pa/ch02_paged.h"
+#include "pa/ch05_paged_attention_v2.h"
+
+namespace pa::ch08 {
+
+// ANCHOR: model_config
+struct ModelConfig {
+  int vocab_size = 128;
+  int num_layers = 2;
+  int num_q_heads = 4;   // Hq
+  int num_kv_heads = 2;  // Hkv: GQA, two query heads per KV head
+  int head_size = 64;    // D; hidden size = Hq * D
+  int ffn_size = 512;
+  uint64_t seed = 8;     // the weights' seed
+  int hidden() const { return num_q_heads * head_size; }
+  // K and V of every layer and KV head, fp32: what one token costs in the cache.
+  int64_t kv_bytes_per_token() const {
+    return 2ll * num_layers * num_kv_heads * head_size * int64_t(sizeof(float));
+  }
+};
+// ANCHOR_END: model_config
+
+// One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering.
+struct PagedKV {
+  PagedKV(const ModelConfig& c, int num_blocks, int block_size);
+  ch02::PoolShape shape;
+  std::vector<ch02::KVPool<float>> layers;
+  std::vector<float*> k_pools();
+  std::vector<float*> v_pools();
+};
+
+// ANCHOR: step_input
+// What one step of the paged path computes: N new tokens, decode tokens first.
+//   rows 0 .. num_decode - 1: one token per decoding sequence (chapter 5's kernel);
+//   rows num_decode .. N - 1: the prefill chunks (this chapter's kernel), sequence b's
+//   chunk at rows num_decode + prefill_query_start_loc[b] ..
+struct StepInput {
+  std::vector<int> tokens, positions;  // [N]
+  std::vector<int64_t> slot_mapping;   // [N]: where each token's K/V go
+  int max_blocks_per_seq = 1;          // width of both block tables
+  int num_decode = 0;
+  std::vector<int> decode_block_table, decode_context_lens;
+  int num_prefill = 0;
+  std::vector<int> prefill_block_table, prefill_context_lens, prefill_query_start_loc;
+  std::vector<int> logit_rows;  // rows whose logits come back (a sequence's last new token)
+};
+// ANCHOR_END: step_input
+
+class TinyModel {
+ public:
+  explicit TinyModel(const ModelConfig& c);
+  ~TinyModel();
+  const ModelConfig& config() const { return cfg_; }
+
+  // The paged path: checks `in`, writes the step's K/V into `kv` and returns the logits of
+  // in.logit_rows, [logit_rows.size() * vocab_size].
+  std::vector<float> forward_paged(const StepInput& in, PagedKV& kv);
+
+  // The dense path: one token per sequence b with active[b], appended to caches[layer]
+  // (chapter 1); returns the logits of every row, [B * vocab_size] (inactive rows: junk).
+  std::vector<float> forward_dense(const std::vector<int>& tokens, const std::vector<bool>& active,
+                                   std::vector<ch01::DenseKVCache<float>>& caches);
+
+ private:
+  struct Weights;
+  struct Scratch;
+  void layer_mlp(int layer, int n);
+  std::vector<float> logits_of(int n, const std::vector<int>& rows);
+  ModelConfig cfg_;
+  std::unique_ptr<Weights> w_;
+  std::unique_ptr<Scratch> s_;
+  ch05::Workspace ws_;
+};
+
+// Greedy decoding on the dense path, sequence by sequence position: the reference.
+struct Generation {
+  std::vector<int> tokens;                  // generated tokens
+  std::vector<std::vector<float>> logits;   // the logits each one was chosen from
+};
+std::vector<Generation> generate_dense(TinyModel& model,
+                                       const std::vector<std::vector<int>>& prompts,
+                                       const std::vector<int>& max_new_tokens);
+
+// The index of the largest logit (the first one on a tie): greedy decoding.
+int argmax(const float* logits, int n);
+
+}  // namespace pa::ch08

@@ -1,0 +1,68 @@
+// One warp-wide tensor-core product, D = A * B + D, behind one interface that the CPU
+// emulator also implements: mma.sync.m16n8k16 with fp16 or bf16 inputs and fp32
+// accumulation (sm_80 and later).
+//
+// A is 16 x 16, B is 16 x 8, D is 16 x 8; each is spread over the 32 lanes of the warp.
+// With g = lane / 4 and t = lane % 4, a lane holds
+//   a[0] = A[g][2t, 2t+1]      a[1] = A[g+8][2t, 2t+1]
+//   a[2] = A[g][2t+8, 2t+9]    a[3] = A[g+8][2t+8, 2t+9]     (two 16-bit values each)
+//   b[0] = B[2t, 2t+1][g]      b[1] = B[2t+8, 2t+9][g]
+//   d[0], d[1] = D[g][2t, 2t+1]          d[2], d[3] = D[g+8][2t, 2t+1]
+// (the lower 16 bits hold the first of each pair). Every lane of the warp must call it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "pa/dtype.h"
+
+namespace pa {
+
+// E: half or bf16, the type of A's and B's elements.
+template <typename E>
+__device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(PA_BACKEND_CPU)
+  // The emulator: every lane publishes its fragments, then computes its four outputs.
+  __shared__ uint32_t frags[32][32][6];  // [warp][lane][a0..a3, b0, b1]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = 0; i < 4; ++i) frags[warp][lane][i] = a[i];
+  frags[warp][lane][4] = b[0];
+  frags[warp][lane][5] = b[1];
+  __syncwarp();
+  auto element = [&](int from_lane, int reg, int half_index) {
+    const uint32_t word = frags[warp][from_lane][reg];
+    const uint16_t bits = uint16_t(half_index ? word >> 16 : word & 0xffffu);
+    E e;
+    static_assert(sizeof(E) == 2, "E must be a 16-bit type");
+    std::memcpy(&e, &bits, 2);
+    return to_float(e);
+  };
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float sum = 0.f;
+    for (int k = 0; k < 16; ++k)
+      sum += element((row % 8) * 4 + (k % 8) / 2, row / 8 + 2 * (k / 8), k % 2) *
+             element(col * 4 + (k % 8) / 2, 4 + k / 8, k % 2);
+    d[i] += sum;
+  }
+  __syncwarp();
+#else
+  if constexpr (std::is_same<E, half>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#endif
+}
+
+}  // namespace pa

@@ -1,0 +1,346 @@
+// The tiny decoder of chapter 8 (given code): its layers are plain kernels; attention
+// is the course's: chapter 2 writes K/V, chapters 5 and 8 read them (chapter 1 on the
+// dense path).
+#include <algorithm>
+#include <cmath>
+
+#include "pa/ch08_model.h"
+#include "pa/ch08_prefill.h"
+#include "pa/launch.h"
+#include "pa/trace.h"
+
+namespace pa::ch08 {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kRowsPerThread = 8;  // rows of the activation one matmul thread handles
+
+__global__ void embed_kernel(float* x, const float* table, const int* tokens, int hidden) {
+  const int64_t n = blockIdx.x;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+    x[n * hidden + i] = table[int64_t(tokens[n]) * hidden + i];
+}
+
+// out[n] = x[n] / rms(x[n]) * w, one block per row.
+__global__ void rmsnorm_kernel(float* out, const float* x, const float* w, int hidden) {
+  __shared__ float partial[kThreads];
+  const int64_t n = blockIdx.x;
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) sum += x[n * hidden + i] * x[n * hidden + i];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float inv = rsqrtf(partial[0] / float(hidden) + 1e-5f);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[n * hidden + i] = x[n * hidden + i] * inv * w[i];
+}
+
+// out[n, m] (+)= sum_k in[n, k] * W[k, m]. Each row is computed alone, in the same order,
+// whatever the batch: the paged and dense paths get bit-identical projections.
+__global__ void matmul_kernel(float* out, const float* in, const float* W, int N, int K, int M,
+                              int accumulate) {
+  const int m = blockIdx.x * blockDim.x + threadIdx.x;
+  if (m >= M) return;
+  const int n0 = blockIdx.y * kRowsPerThread;
+  for (int n = n0; n < min(N, n0 + kRowsPerThread); ++n) {
+    float sum = 0.f;
+    for (int k = 0; k < K; ++k) sum += in[int64_t(n) * K + k] * W[int64_t(k) * M + m];
+    out[int64_t(n) * M + m] = accumulate ? out[int64_t(n) * M + m] + sum : sum;
+  }
+}
+
+// Rotary positions: rotates the pairs (i, i + D/2) of each head by pos * 10000^(-2i/D).
+__global__ void rope_kernel(float* x, const int* positions, int num_heads, int D) {
+  const int64_t n = blockIdx.x;
+  const int half_d = D / 2;
+  const float pos = float(positions[n]);
+  for (int j = threadIdx.x; j < num_heads * half_d; j += blockDim.x) {
+    const int h = j / half_d, i = j % half_d;
+    const float angle = pos * powf(10000.f, -2.f * float(i) / float(D));
+    const float c = cosf(angle), s = sinf(angle);
+    float* head = x + (n * num_heads + h) * D;
+    const float a = head[i], b = head[i + half_d];
+    head[i] = a * c - b * s;
+    head[i + half_d] = a * s + b * c;
+  }
+}
+
+__global__ void silu_kernel(float* x, int64_t count) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] = x[i] / (1.f + expf(-x[i]));
+}
+
+void matmul(float* out, const float* in, const float* W, int N, int K, int M, bool accumulate) {
+  if (N == 0) return;
+  launch(matmul_kernel, dim3((M + kThreads - 1) / kThreads, (N + kRowsPerThread - 1) / kRowsPerThread),
+         dim3(kThreads), 0, nullptr, out, in, W, N, K, M, int(accumulate));
+}
+
+// Deterministic weights: uniform in [-a, a] from splitmix64.
+std::vector<float> draw(SplitMix64& rng, size_t count, float a, float offset = 0.f) {
+  std::vector<float> w(count);
+  for (float& e : w) e = offset + a * (float(double(rng.next() >> 11) * 0x1.0p-53) * 2.f - 1.f);
+  return w;
+}
+
+template <typename T>
+void ensure(DeviceBuffer<T>& buf, size_t count) {
+  if (buf.size() < count) buf = DeviceBuffer<T>(std::max(count, 2 * buf.size()));
+}
+
+}  // namespace
+
+struct TinyModel::Weights {
+  DeviceBuffer<float> embed, lm_head, final_norm;
+  std::vector<DeviceBuffer<float>> attn_norm, wq, wk, wv, wo, mlp_norm, w_up, w_down;
+};
+
+struct TinyModel::Scratch {
+  DeviceBuffer<float> x, h, q, k, v, attn, up, logits;
+  DeviceBuffer<int> tokens, positions, decode_table, decode_lens, prefill_table, prefill_lens, qsl;
+  DeviceBuffer<int64_t> slots;
+};
+
+TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Scratch) {
+  PA_REQUIRE(c.vocab_size > 0 && c.num_layers > 0 && c.ffn_size > 0,
+             "vocab_size, num_layers and ffn_size must be positive");
+  PA_REQUIRE(c.num_kv_heads > 0 && c.num_q_heads % c.num_kv_heads == 0,
+             "num_q_heads (" << c.num_q_heads << ") must be a multiple of num_kv_heads ("
+                             << c.num_kv_heads << ")");
+  const int H = c.hidden(), D = c.head_size, F = c.ffn_size;
+  SplitMix64 rng(c.seed);
+  auto up = [](const std::vector<float>& v) { return DeviceBuffer<float>(v); };
+  const float a_h = std::sqrt(3.f / float(H)), a_f = std::sqrt(3.f / float(F));
+  // Sharp attention (q and k twice the usual scale: scores of std ~4) with a strong output
+  // projection, so that every token depends on which K/V it reads: a test that feeds the
+  // wrong blocks or positions changes the tokens, not just the last digits of a logit.
+  w_->embed = up(draw(rng, size_t(c.vocab_size) * H, 1.f));
+  for (int l = 0; l < c.num_layers; ++l) {
+    w_->attn_norm.push_back(up(draw(rng, size_t(H), 0.1f, 1.f)));
+    w_->wq.push_back(up(draw(rng, size_t(H) * c.num_q_heads * D, 2.f * a_h)));
+    w_->wk.push_back(up(draw(rng, size_t(H) * c.num_kv_heads * D, 2.f * a_h)));
+    w_->wv.push_back(up(draw(rng, size_t(H) * c.num_kv_heads * D, a_h)));
+    w_->wo.push_back(up(draw(rng, size_t(c.num_q_heads) * D * H, 2.f * a_h)));
+    w_->mlp_norm.push_back(up(draw(rng, size_t(H), 0.1f, 1.f)));
+    w_->w_up.push_back(up(draw(rng, size_t(H) * F, a_h)));
+    w_->w_down.push_back(up(draw(rng, size_t(F) * H, a_f)));
+  }
+  w_->final_norm = up(draw(rng, size_t(H), 0.1f, 1.f));
+  w_->lm_head = up(draw(rng, size_t(H) * c.vocab_size, 2.f * a_h));
+}
+
+TinyModel::~TinyModel() = default;
+
+PagedKV::PagedKV(const ModelConfig& c, int num_blocks, int block_size)
+    : shape{num_blocks, block_size, c.num_kv_heads, c.head_size} {
+  for (int l = 0; l < c.num_layers; ++l) layers.emplace_back(shape);
+}
+std::vector<float*> PagedKV::k_pools() {
+  std::vector<float*> out;
+  for (auto& p : layers) out.push_back(p.k.get());
+  return out;
+}
+std::vector<float*> PagedKV::v_pools() {
+  std::vector<float*> out;
+  for (auto& p : layers) out.push_back(p.v.get());
+  return out;
+}
+
+// x[n] = table[tokens[n]].
+static void embed(DeviceBuffer<float>& x, DeviceBuffer<int>& d_tokens,
+                  const DeviceBuffer<float>& table, const std::vector<int>& tokens, int hidden) {
+  d_tokens = DeviceBuffer<int>(tokens);
+  launch(embed_kernel, dim3(unsigned(tokens.size())), dim3(kThreads), 0, nullptr, x.get(),
+         table.get(), d_tokens.get(), hidden);
+}
+
+void TinyModel::layer_mlp(int l, int n) {
+  const int H = cfg_.hidden(), F = cfg_.ffn_size;
+  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s_->h.get(), s_->x.get(),
+         w_->mlp_norm[size_t(l)].get(), H);
+  matmul(s_->up.get(), s_->h.get(), w_->w_up[size_t(l)].get(), n, H, F, false);
+  const int64_t count = int64_t(n) * F;
+  launch(silu_kernel, dim3(unsigned((count + 255) / 256)), dim3(256), 0, nullptr, s_->up.get(), count);
+  matmul(s_->x.get(), s_->up.get(), w_->w_down[size_t(l)].get(), n, F, H, true);
+}
+
+std::vector<float> TinyModel::logits_of(int n, const std::vector<int>& rows) {
+  const int H = cfg_.hidden(), V = cfg_.vocab_size;
+  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s_->h.get(), s_->x.get(),
+         w_->final_norm.get(), H);
+  ensure(s_->logits, size_t(n) * V);
+  matmul(s_->logits.get(), s_->h.get(), w_->lm_head.get(), n, H, V, false);
+  std::vector<float> all(size_t(n) * V), out;
+  PA_CUDA_CHECK(cudaMemcpy(all.data(), s_->logits.get(), all.size() * sizeof(float),
+                           cudaMemcpyDeviceToHost));
+  for (int r : rows) out.insert(out.end(), all.begin() + int64_t(r) * V, all.begin() + int64_t(r + 1) * V);
+  return out;
+}
+
+// ANCHOR: forward_paged
+std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
+  const int n = int(in.tokens.size());
+  const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
+  PA_REQUIRE(n > 0, "forward_paged: a step needs at least one token");
+  PA_REQUIRE(in.positions.size() == size_t(n) && in.slot_mapping.size() == size_t(n),
+             "forward_paged: tokens, positions and slot_mapping differ in length");
+  for (int t : in.tokens)
+    PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of "
+                                                       << cfg_.vocab_size);
+  for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < n, "logit row " << r << " is not a row of the step");
+  const int n_prefill_rows = n - in.num_decode;
+  const PrefillShape ps{std::max(in.num_prefill, 1), n_prefill_rows, Hq, Hkv, D, kv.shape.block_size,
+                        kv.shape.num_blocks, in.max_blocks_per_seq};
+  if (in.num_prefill > 0)
+    check_metadata(ps, in.prefill_block_table, in.prefill_context_lens, in.prefill_query_start_loc);
+  else
+    PA_REQUIRE(n_prefill_rows == 0, "forward_paged: prefill rows without prefill sequences");
+  ch03::BatchMetadata md;  // the decode part goes through chapter 4's checked upload
+  md.num_seqs = in.num_decode;
+  md.max_blocks_per_seq = in.max_blocks_per_seq;
+  md.block_table.assign(in.decode_block_table.begin(), in.decode_block_table.end());
+  md.context_lens.assign(in.decode_context_lens.begin(), in.decode_context_lens.end());
+  std::unique_ptr<ch04::DeviceBatch> decode;
+  if (in.num_decode > 0) decode.reset(new ch04::DeviceBatch(md, kv.shape.num_blocks, kv.shape.block_size));
+  for (int64_t slot : in.slot_mapping)
+    PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * kv.shape.block_size,
+               "slot " << slot << " is outside the pool");
+
+  Scratch& s = *s_;
+  ensure(s.x, size_t(n) * H);
+  ensure(s.h, size_t(n) * H);
+  ensure(s.q, size_t(n) * Hq * D);
+  ensure(s.k, size_t(n) * Hkv * D);
+  ensure(s.v, size_t(n) * Hkv * D);
+  ensure(s.attn, size_t(n) * Hq * D);
+  ensure(s.up, size_t(n) * cfg_.ffn_size);
+  s.positions = DeviceBuffer<int>(in.positions);
+  s.slots = DeviceBuffer<int64_t>(in.slot_mapping);
+  if (in.num_prefill > 0) {
+    s.prefill_table = DeviceBuffer<int>(in.prefill_block_table);
+    s.prefill_lens = DeviceBuffer<int>(in.prefill_context_lens);
+    s.qsl = DeviceBuffer<int>(in.prefill_query_start_loc);
+  }
+  embed(s.x, s.tokens, w_->embed, in.tokens, H);
+  const float scale = 1.f / std::sqrt(float(D));
+  const int64_t q_row = int64_t(Hq) * D;
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.h.get(), s.x.get(),
+           w_->attn_norm[size_t(l)].get(), H);
+    matmul(s.q.get(), s.h.get(), w_->wq[size_t(l)].get(), n, H, Hq * D, false);
+    matmul(s.k.get(), s.h.get(), w_->wk[size_t(l)].get(), n, H, Hkv * D, false);
+    matmul(s.v.get(), s.h.get(), w_->wv[size_t(l)].get(), n, H, Hkv * D, false);
+    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.q.get(), s.positions.get(), Hq, D);
+    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.k.get(), s.positions.get(), Hkv, D);
+    // Write first, then read: every new token's K/V lands in its slot (chapter 2) ...
+    ch02::KVPool<float>& pool = kv.layers[size_t(l)];
+    ch02::reshape_and_cache<float>(kv.shape, s.k.get(), s.v.get(), n, pool.k.get(), pool.v.get(),
+                                   s.slots.get());
+    // ... then decode rows attend with chapter 5, prefill rows with this chapter's kernel.
+    if (decode) {
+      const ch04::PagedAttentionShape ds{in.num_decode, Hq, Hkv, D, kv.shape.block_size,
+                                         kv.shape.num_blocks, in.max_blocks_per_seq};
+      ch05::paged_attention<float>(ds, s.attn.get(), s.q.get(), pool.k.get(), pool.v.get(),
+                                   decode->block_table.get(), decode->context_lens.get(),
+                                   decode->max_context_len, scale, ws_);
+    }
+    if (in.num_prefill > 0)
+      prefill_attention<float>(ps, s.attn.get() + in.num_decode * q_row, s.q.get() + in.num_decode * q_row,
+                               pool.k.get(), pool.v.get(), s.prefill_table.get(), s.prefill_lens.get(),
+                               s.qsl.get(), scale);
+    matmul(s.x.get(), s.attn.get(), w_->wo[size_t(l)].get(), n, Hq * D, H, true);
+    layer_mlp(l, n);
+  }
+  return logits_of(n, in.logit_rows);
+}
+// ANCHOR_END: forward_paged
+
+std::vector<float> TinyModel::forward_dense(const std::vector<int>& tokens,
+                                            const std::vector<bool>& active,
+                                            std::vector<ch01::DenseKVCache<float>>& caches) {
+  const int n = int(tokens.size());
+  const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
+  PA_REQUIRE(caches.size() == size_t(cfg_.num_layers), "forward_dense: one cache per layer");
+  PA_REQUIRE(caches[0].shape().num_seqs == n, "forward_dense: one token per cache row");
+  for (int t : tokens)
+    PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary");
+  Scratch& s = *s_;
+  ensure(s.x, size_t(n) * H);
+  ensure(s.h, size_t(n) * H);
+  ensure(s.q, size_t(n) * Hq * D);
+  ensure(s.k, size_t(n) * Hkv * D);
+  ensure(s.v, size_t(n) * Hkv * D);
+  ensure(s.attn, size_t(n) * Hq * D);
+  ensure(s.up, size_t(n) * cfg_.ffn_size);
+  s.positions = DeviceBuffer<int>(caches[0].lengths());  // the new token's position
+  embed(s.x, s.tokens, w_->embed, tokens, H);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.h.get(), s.x.get(),
+           w_->attn_norm[size_t(l)].get(), H);
+    matmul(s.q.get(), s.h.get(), w_->wq[size_t(l)].get(), n, H, Hq * D, false);
+    matmul(s.k.get(), s.h.get(), w_->wk[size_t(l)].get(), n, H, Hkv * D, false);
+    matmul(s.v.get(), s.h.get(), w_->wv[size_t(l)].get(), n, H, Hkv * D, false);
+    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.q.get(), s.positions.get(), Hq, D);
+    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.k.get(), s.positions.get(), Hkv, D);
+    caches[size_t(l)].append(s.k.get(), s.v.get(), active);
+    caches[size_t(l)].decode(s.attn.get(), s.q.get(), 1.f / std::sqrt(float(D)));
+    matmul(s.x.get(), s.attn.get(), w_->wo[size_t(l)].get(), n, Hq * D, H, true);
+    layer_mlp(l, n);
+  }
+  std::vector<int> rows(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) rows[size_t(i)] = i;
+  return logits_of(n, rows);
+}
+
+int argmax(const float* logits, int n) {
+  return int(std::max_element(logits, logits + n) - logits);
+}
+
+std::vector<Generation> generate_dense(TinyModel& model,
+                                       const std::vector<std::vector<int>>& prompts,
+                                       const std::vector<int>& max_new_tokens) {
+  const ModelConfig& c = model.config();
+  const int B = int(prompts.size());
+  PA_REQUIRE(B > 0 && max_new_tokens.size() == prompts.size(),
+             "generate_dense: one max_new_tokens per prompt");
+  int longest = 1;
+  for (int b = 0; b < B; ++b) {
+    PA_REQUIRE(!prompts[size_t(b)].empty(), "generate_dense: prompt " << b << " is empty");
+    longest = std::max(longest, int(prompts[size_t(b)].size()) + max_new_tokens[size_t(b)]);
+  }
+  std::vector<ch01::DenseKVCache<float>> caches;
+  for (int l = 0; l < c.num_layers; ++l)
+    caches.emplace_back(ch01::DenseShape{B, longest, c.num_q_heads, c.num_kv_heads, c.head_size});
+  std::vector<Generation> out(static_cast<size_t>(B));
+  std::vector<std::vector<int>> seqs = prompts;
+  for (int t = 0; t + 1 < longest; ++t) {
+    // Step t feeds token t of every sequence that still has a token to feed.
+    std::vector<int> tokens(size_t(B), 0);
+    std::vector<bool> active(size_t(B), false);
+    for (int b = 0; b < B; ++b) {
+      const auto& sq = seqs[size_t(b)];
+      if (t < int(sq.size()) && int(out[size_t(b)].tokens.size()) < max_new_tokens[size_t(b)]) {
+        tokens[size_t(b)] = sq[size_t(t)];
+        active[size_t(b)] = true;
+      }
+    }
+    bool any = false;
+    for (bool a : active) any = any || a;
+    if (!any) break;
+    const std::vector<float> logits = model.forward_dense(tokens, active, caches);
+    for (int b = 0; b < B; ++b) {
+      if (!active[size_t(b)] || t + 1 != int(seqs[size_t(b)].size())) continue;  // still in the prompt
+      const float* row = logits.data() + int64_t(b) * c.vocab_size;
+      const int next = argmax(row, c.vocab_size);
+      out[size_t(b)].tokens.push_back(next);
+      out[size_t(b)].logits.emplace_back(row, row + c.vocab_size);
+      seqs[size_t(b)].push_back(next);
+    }
+  }
+  return out;
+}
+
+}  // namespace pa::ch08

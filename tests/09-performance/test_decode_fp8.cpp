@@ -1,0 +1,80 @@
+// Chapter 9: the tensor-core kernel (the CUDA-core one at block size 8) on an fp8 cache against chapter 6's golden cases, with
+// the planner's split and with forced odd splits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "compare.h"
+#include "golden.h"
+#include "paged_case.h"
+#include "pa/ch09_fast_decode.h"
+
+namespace {
+
+using pa::test::GoldenCase;
+
+template <typename T>
+void check_case(const GoldenCase& c) {
+  const pa::ch04::PagedAttentionShape s = pa::test::paged_shape_of(c);
+  const std::vector<int> lens = c.get<int>("context_lens");
+  const int max_len = *std::max_element(lens.begin(), lens.end());
+  pa::DeviceBuffer<T> q(pa::test::to_dtype<T>(c.get<float>("q"))), out(q.size());
+  pa::DeviceBuffer<uint8_t> k(c.get<uint8_t>("k_pool")), v(c.get<uint8_t>("v_pool"));
+  pa::DeviceBuffer<float> k_scale(c.get<float>("k_scale")), v_scale(c.get<float>("v_scale"));
+  pa::DeviceBuffer<int> d_table(pa::test::table_with_poisoned_padding(c)), d_lens(lens);
+  const float scale = float(c.get<double>("scale")[0]);
+  const auto expected = c.get<double>("expected"), unquantized = c.get<double>("expected_unquantized");
+  pa::ch09::Workspace ws;
+  ws.reserve(s.num_seqs, s.num_q_heads, 64, s.head_size);
+
+  ws.poison();
+  out.fill_bytes(0xFF);
+  pa::ch09::decode_fp8<T>(s, out.get(), q.get(), k.get(), v.get(), d_table.get(), d_lens.get(),
+                          max_len, k_scale.get(), v_scale.get(), scale, ws);
+  const auto got = out.download();
+  EXPECT_TRUE(pa::test::all_close(got, expected, c.param_double("atol"), c.param_double("rtol")))
+      << "vs the dequantized reference, " << c.name() << ": " << c.param("note");
+  EXPECT_TRUE(pa::test::all_close(got, unquantized, c.param_double("fp8_atol"), c.param_double("fp8_rtol")))
+      << "vs the unquantized reference, " << c.name();
+  for (int splits : {2, 3}) {  // odd partition edges
+    const int blocks = std::max(1, (max_len + s.block_size - 1) / s.block_size);
+    const int per = (blocks + splits - 1) / splits;
+    const pa::ch09::SplitPlan plan{(blocks + per - 1) / per, per * s.block_size};
+    ws.poison();
+    out.fill_bytes(0xFF);
+    pa::ch09::decode_fp8_with_plan<T>(plan, s, out.get(), q.get(), k.get(), v.get(), d_table.get(),
+                                      d_lens.get(), max_len, k_scale.get(), v_scale.get(), scale, ws);
+    EXPECT_TRUE(pa::test::all_close(out.download(), expected, c.param_double("atol"),
+                                    c.param_double("rtol")))
+        << plan.splits << " partitions of " << plan.partition_size << " tokens, " << c.name();
+  }
+}
+
+class Fp8Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8Golden, MatchesReference) {
+  const GoldenCase c(pa::test::golden_dir("ch06") + "/" + GetParam());
+  switch (pa::parse_dtype(c.param("dtype"))) {
+    case pa::DType::fp32: GTEST_SKIP() << "chapter 9 serves half and bf16 queries";
+    case pa::DType::fp16: return check_case<pa::half>(c);
+    case pa::DType::bf16: return check_case<pa::bf16>(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch09, Fp8Golden,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch06", "decode_fp8_")),
+                         [](const auto& info) { return info.param; });
+
+TEST(DecodeFp8, MissingScalesAreRefused) {
+  pa::DeviceBuffer<pa::half> buf(1024);
+  pa::DeviceBuffer<uint8_t> cache(1024);
+  pa::DeviceBuffer<int> ints(16);
+  pa::ch09::Workspace ws;
+  const std::string msg = pa::test::error_of([&] {
+    pa::ch09::decode_fp8<pa::half>({1, 4, 4, 64, 16, 4, 2}, buf.get(), buf.get(), cache.get(),
+                                   cache.get(), ints.get(), ints.get(), 8, nullptr, nullptr, 1.f, ws);
+  });
+  EXPECT_NE(msg.find("k_scale and v_scale"), std::string::npos) << msg;
+}
+
+}  // namespace
