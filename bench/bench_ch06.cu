@@ -12,18 +12,6 @@
 #include "pa/dtype.h"
 #include "pa/launch.h"
 
-namespace {
-
-// Random bytes that are e4m3 values of moderate size (never NaN): sign, exponent 4..10.
-__global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
-    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 13;
-    p[i] = uint8_t((h & 0x80u) | ((4u + (h >> 8) % 7u) << 3) | ((h >> 16) & 7u));
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const auto outputs = pa::bench::parse_outputs(argc, argv);
@@ -74,8 +62,8 @@ int main(int argc, char** argv) {
         for (int c = 0; c < copies; ++c) {
           k.emplace_back(pool);
           v.emplace_back(pool);
-          pa::launch(fill_e4m3, dim3(1024), dim3(256), 0, nullptr, k.back().get(), pool, 5u + c);
-          pa::launch(fill_e4m3, dim3(1024), dim3(256), 0, nullptr, v.back().get(), pool, 9u + c);
+          pa::bench::fill_random_e4m3(k.back().get(), pool, 5u + c);
+          pa::bench::fill_random_e4m3(v.back().get(), pool, 9u + c);
         }
         const double ms = pa::bench::median_ms([&](int i) {
           const int c = i % copies;

@@ -36,36 +36,18 @@ Outputs parse_outputs(int argc, char** argv) {
   return out;
 }
 
-double median_ms(const std::function<void(int)>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn(i);
-  PA_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  PA_CUDA_CHECK(cudaEventCreate(&a));
-  PA_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    PA_CUDA_CHECK(cudaEventRecord(a));
-    fn(warmup + i);
-    PA_CUDA_CHECK(cudaEventRecord(b));
-    PA_CUDA_CHECK(cudaEventSynchronize(b));
-    PA_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
-
 __global__ void spin_kernel(long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {
   }
 }
 
-double median_ms_queued(const std::function<void(int)>& fn, int warmup, int reps) {
-  int khz = 0;
-  PA_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-  const long long cycles = 100LL * khz / 1000;  // about 100 us
+namespace {
+
+// The median of `reps` timed runs; spin_cycles > 0 queues a GPU spin before each start
+// event (median_ms_queued).
+double median_of_runs(const std::function<void(int)>& fn, int warmup, int reps,
+                      long long spin_cycles) {
   for (int i = 0; i < warmup; ++i) fn(i);
   PA_CUDA_CHECK(cudaDeviceSynchronize());
   cudaEvent_t a, b;
@@ -73,7 +55,7 @@ double median_ms_queued(const std::function<void(int)>& fn, int warmup, int reps
   PA_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<float> ms(reps);
   for (int i = 0; i < reps; ++i) {
-    launch(spin_kernel, dim3(1), dim3(1), 0, nullptr, cycles);
+    if (spin_cycles > 0) launch(spin_kernel, dim3(1), dim3(1), 0, nullptr, spin_cycles);
     PA_CUDA_CHECK(cudaEventRecord(a));
     fn(warmup + i);
     PA_CUDA_CHECK(cudaEventRecord(b));
@@ -84,6 +66,18 @@ double median_ms_queued(const std::function<void(int)>& fn, int warmup, int reps
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
+}
+
+}  // namespace
+
+double median_ms(const std::function<void(int)>& fn, int warmup, int reps) {
+  return median_of_runs(fn, warmup, reps, 0);
+}
+
+double median_ms_queued(const std::function<void(int)>& fn, int warmup, int reps) {
+  int khz = 0;
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  return median_of_runs(fn, warmup, reps, 100LL * khz / 1000);  // about 100 us
 }
 
 // Four independent 16-byte loads in flight per thread per iteration; the XOR keeps the
@@ -114,6 +108,21 @@ __global__ void fill_kernel(uint16_t* p, size_t n, uint32_t seed, bool bf16) {
 
 void fill_random_half(void* ptr, size_t n, uint32_t seed, bool bf16) {
   launch(fill_kernel, dim3(1024), dim3(256), 0, nullptr, static_cast<uint16_t*>(ptr), n, seed, bf16);
+}
+
+__global__ void fill_e4m3_kernel(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 13;
+    p[i] = uint8_t((h & 0x80u) | ((4u + (h >> 8) % 7u) << 3) | ((h >> 16) & 7u));
+  }
+}
+
+void fill_random_e4m3(uint8_t* ptr, size_t n, uint32_t seed) {
+  launch(fill_e4m3_kernel, dim3(1024), dim3(256), 0, nullptr, ptr, n, seed);
 }
 
 int rotation_count(size_t bytes) {

@@ -49,6 +49,10 @@ Ceilings measure_ceilings(size_t bytes = size_t(2) << 30);
 // zeros: timing on zeros flatters some kernels).
 void fill_random_half(void* ptr, size_t n, uint32_t seed, bool bf16);
 
+// Fills a device buffer of n bytes with e4m3 values of moderate size (sign, exponent
+// 4..10, any mantissa: never NaN, never zero).
+void fill_random_e4m3(uint8_t* ptr, size_t n, uint32_t seed);
+
 // How many copies of an input of `bytes` to rotate through so that the working set is at
 // least ten times the L2 cache: each timed run then reads from DRAM, not from L2.
 int rotation_count(size_t bytes);

@@ -1,28 +1,18 @@
 // The given host side of the prefill kernel: shape and metadata checks.
 #include "pa/ch08_prefill.h"
 
+#include "pa/ch04_paged_attention.h"
 #include "pa/check.h"
 
 namespace pa::ch08 {
 
 void check_shape(const PrefillShape& s) {
-  PA_REQUIRE(s.num_seqs > 0, "num_seqs must be positive, got " << s.num_seqs);
   PA_REQUIRE(s.num_tokens >= 0 && s.num_tokens <= 65535,
              "num_tokens must be in 0..65535, got " << s.num_tokens);
-  PA_REQUIRE(s.num_q_heads > 0 && s.num_kv_heads > 0,
-             "head counts must be positive, got num_q_heads " << s.num_q_heads
-                                                              << ", num_kv_heads " << s.num_kv_heads);
-  PA_REQUIRE(s.num_q_heads % s.num_kv_heads == 0,
-             "num_q_heads (" << s.num_q_heads << ") must be a multiple of num_kv_heads ("
-                             << s.num_kv_heads << ")");
-  PA_REQUIRE(s.head_size == 64 || s.head_size == 80 || s.head_size == 96 || s.head_size == 112 ||
-                 s.head_size == 128 || s.head_size == 256,
-             "head_size " << s.head_size << " is not supported (64, 80, 96, 112, 128, 256)");
-  PA_REQUIRE(s.block_size == 8 || s.block_size == 16 || s.block_size == 32,
-             "block_size " << s.block_size << " is not supported (8, 16 or 32)");
-  PA_REQUIRE(s.num_blocks > 0, "num_blocks must be positive, got " << s.num_blocks);
-  PA_REQUIRE(s.max_blocks_per_seq > 0,
-             "max_blocks_per_seq must be positive, got " << s.max_blocks_per_seq);
+  // The rest is chapter 4's shape: the same sizes, the same limits.
+  ch04::check_shape(ch04::PagedAttentionShape{s.num_seqs, s.num_q_heads, s.num_kv_heads,
+                                              s.head_size, s.block_size, s.num_blocks,
+                                              s.max_blocks_per_seq});
 }
 
 void check_metadata(const PrefillShape& s, const std::vector<int>& block_table,
