@@ -17,28 +17,18 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const auto ceil = pa::bench::measure_ceilings();
-    const int bs = 16, D = 128;
     std::vector<pa::bench::Row> rows;
     pa::ch05::Workspace ws;
     for (const pa::bench::Shape& sh : pa::bench::standard_shapes()) {
-      const int M = sh.l / bs;
-      const pa::ch04::PagedAttentionShape s{sh.b, sh.hq, sh.hkv, D, bs, sh.b * M, M};
-      const size_t pool = size_t(s.num_blocks) * sh.hkv * D * bs;
-      const size_t qn = size_t(sh.b) * sh.hq * D;
-      const double bytes = 2.0 * (2.0 * double(pool) + 2.0 * double(qn));  // K, V once; q; out
-      const int copies = pa::bench::rotation_count(size_t(bytes));
-      std::vector<pa::DeviceBuffer<pa::half>> k, v;
-      for (int c = 0; c < copies; ++c) {
-        k.emplace_back(pool);
-        v.emplace_back(pool);
-        pa::bench::fill_random_half(k.back().get(), pool, 17 + c, false);
-        pa::bench::fill_random_half(v.back().get(), pool, 61 + c, false);
-      }
-      const std::vector<int> table = pa::bench::permuted_blocks(s.num_blocks, 3);  // scattered blocks
-      pa::DeviceBuffer<int> d_table(table), lens(std::vector<int>(sh.b, sh.l));
-      pa::DeviceBuffer<pa::half> q(qn), out(qn);
-      pa::bench::fill_random_half(q.get(), qn, 2, false);
-      const float scale = 1.f / std::sqrt(float(D));
+      pa::bench::DecodeCase dc(sh);  // the shape, table, lengths, q and out
+      const pa::ch04::PagedAttentionShape& s = dc.s;
+      auto &q = dc.q, &out = dc.out;
+      auto &d_table = dc.table, &lens = dc.lens;
+      const double bytes = dc.fp16_bytes();  // K, V once; q; out
+      const auto pools = pa::bench::random_half_pools(dc.pool, bytes);
+      const int copies = pools.copies();
+      const auto &k = pools.k, &v = pools.v;
+      const float scale = dc.scale;
       const std::string shape = sh.name();
       auto add = [&](const std::string& name, double ms) {
         const double tbps = bytes / (ms * 1e-3) / 1e12;

@@ -19,34 +19,24 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const auto ceil = pa::bench::measure_ceilings();
-    const int bs = 16, D = 128;
     std::vector<pa::bench::Row> rows;
     pa::ch05::Workspace ws;
     for (const pa::bench::Shape& sh : pa::bench::standard_shapes()) {
-      const int M = sh.l / bs;
-      const pa::ch04::PagedAttentionShape s{sh.b, sh.hq, sh.hkv, D, bs, sh.b * M, M};
-      const size_t pool = size_t(s.num_blocks) * sh.hkv * D * bs;
-      const size_t qn = size_t(sh.b) * sh.hq * D;
+      pa::bench::DecodeCase dc(sh);  // the shape, table, lengths, q and out
+      const pa::ch04::PagedAttentionShape& s = dc.s;
+      auto &q = dc.q, &out = dc.out;
+      auto &d_table = dc.table, &lens = dc.lens;
       const std::string shape = sh.name();
-      const std::vector<int> table = pa::bench::permuted_blocks(s.num_blocks, 3);  // scattered blocks
-      pa::DeviceBuffer<int> d_table(table), lens(std::vector<int>(sh.b, sh.l));
-      pa::DeviceBuffer<pa::half> q(qn), out(qn);
-      pa::bench::fill_random_half(q.get(), qn, 2, false);
       pa::DeviceBuffer<float> k_scale(std::vector<float>{0.05f}), v_scale(std::vector<float>{0.03f});
-      const float scale = 1.f / std::sqrt(float(D));
+      const float scale = dc.scale;
       const bool v2 = pa::ch05::choose_version(s, sh.l, prop.multiProcessorCount) == pa::ch05::Version::v2;
       const std::string version = v2 ? " (v2)" : " (v1)";
       double fp16_ms = 0;
       {  // the fp16 cache, the version the chapter-5 heuristic picks
-        const double bytes = 2.0 * (2.0 * double(pool) + 2.0 * double(qn));
-        const int copies = pa::bench::rotation_count(size_t(bytes));
-        std::vector<pa::DeviceBuffer<pa::half>> k, v;
-        for (int c = 0; c < copies; ++c) {
-          k.emplace_back(pool);
-          v.emplace_back(pool);
-          pa::bench::fill_random_half(k.back().get(), pool, 17 + c, false);
-          pa::bench::fill_random_half(v.back().get(), pool, 61 + c, false);
-        }
+        const double bytes = dc.fp16_bytes();
+        const auto pools = pa::bench::random_half_pools(dc.pool, bytes);
+        const int copies = pools.copies();
+        const auto &k = pools.k, &v = pools.v;
         fp16_ms = pa::bench::median_ms([&](int i) {
           const int c = i % copies;
           pa::ch05::paged_attention<pa::half>(s, out.get(), q.get(), k[c].get(), v[c].get(),
@@ -56,15 +46,10 @@ int main(int argc, char** argv) {
         rows.push_back({"fp16 cache" + version, shape, fp16_ms * 1e3, bytes, tb, 100 * tb / ceil.read_tbps, "read"});
       }
       {  // the fp8 cache, same version
-        const double bytes = 2.0 * double(pool) + 4.0 * double(qn);
-        const int copies = pa::bench::rotation_count(size_t(bytes));
-        std::vector<pa::DeviceBuffer<uint8_t>> k, v;
-        for (int c = 0; c < copies; ++c) {
-          k.emplace_back(pool);
-          v.emplace_back(pool);
-          pa::bench::fill_random_e4m3(k.back().get(), pool, 5u + c);
-          pa::bench::fill_random_e4m3(v.back().get(), pool, 9u + c);
-        }
+        const double bytes = dc.fp8_bytes();
+        const auto pools = pa::bench::random_e4m3_pools(dc.pool, bytes);
+        const int copies = pools.copies();
+        const auto &k = pools.k, &v = pools.v;
         const double ms = pa::bench::median_ms([&](int i) {
           const int c = i % copies;
           if (v2)

@@ -1,6 +1,7 @@
 #include "bench_common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -123,6 +124,41 @@ __global__ void fill_e4m3_kernel(uint8_t* p, size_t n, uint32_t seed) {
 
 void fill_random_e4m3(uint8_t* ptr, size_t n, uint32_t seed) {
   launch(fill_e4m3_kernel, dim3(1024), dim3(256), 0, nullptr, ptr, n, seed);
+}
+
+DecodeCase::DecodeCase(const Shape& shape)
+    : sh(shape),
+      s{sh.b, sh.hq, sh.hkv, 128, 16, sh.b * (sh.l / 16), sh.l / 16},
+      pool(size_t(s.num_blocks) * sh.hkv * 128 * 16),
+      qn(size_t(sh.b) * sh.hq * 128),
+      scale(1.f / std::sqrt(128.f)),
+      table(permuted_blocks(s.num_blocks, 3)),  // scattered blocks
+      lens(std::vector<int>(sh.b, sh.l)),
+      q(qn),
+      out(qn) {
+  fill_random_half(q.get(), qn, 2, false);
+}
+
+RotatedPools<half> random_half_pools(size_t n, double bytes) {
+  RotatedPools<half> p;
+  for (int c = 0; c < rotation_count(size_t(bytes)); ++c) {
+    p.k.emplace_back(n);
+    p.v.emplace_back(n);
+    fill_random_half(p.k.back().get(), n, 17 + c, false);
+    fill_random_half(p.v.back().get(), n, 61 + c, false);
+  }
+  return p;
+}
+
+RotatedPools<uint8_t> random_e4m3_pools(size_t n, double bytes) {
+  RotatedPools<uint8_t> p;
+  for (int c = 0; c < rotation_count(size_t(bytes)); ++c) {
+    p.k.emplace_back(n);
+    p.v.emplace_back(n);
+    fill_random_e4m3(p.k.back().get(), n, 5u + c);
+    fill_random_e4m3(p.v.back().get(), n, 9u + c);
+  }
+  return p;
 }
 
 int rotation_count(size_t bytes) {

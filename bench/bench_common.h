@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "pa/backend.h"
+#include "pa/ch04_paged_attention.h"
+#include "pa/device_buffer.h"
+#include "pa/dtype.h"
 
 namespace pa::bench {
 
@@ -32,6 +35,32 @@ const std::vector<Shape>& standard_shapes();
 
 // 0 .. n-1 shuffled: a block table whose physical blocks are scattered over the pool.
 std::vector<int> permuted_blocks(int n, unsigned seed);
+
+// One standard shape set up for a decode benchmark: fp16 activations, D = 128, blocks of
+// 16 tokens, every sequence of length L, a randomly permuted block table, a random q.
+struct DecodeCase {
+  explicit DecodeCase(const Shape& sh);
+  Shape sh;
+  ch04::PagedAttentionShape s;
+  size_t pool;  // elements of one K (or V) pool
+  size_t qn;    // elements of q (and of out)
+  float scale;
+  DeviceBuffer<int> table, lens;
+  DeviceBuffer<half> q, out;
+  // Bytes a decode step must move: K and V once, q and out.
+  double fp16_bytes() const { return 2.0 * (2.0 * double(pool) + 2.0 * double(qn)); }
+  double fp8_bytes() const { return 2.0 * double(pool) + 4.0 * double(qn); }
+};
+
+// K and V pools of random values, as many copies as rotation_count asks for a step that
+// moves `bytes`: fp16 (N(0,1)-like) or e4m3 bytes (fill_random_e4m3).
+template <typename T>
+struct RotatedPools {
+  std::vector<DeviceBuffer<T>> k, v;
+  int copies() const { return int(k.size()); }
+};
+RotatedPools<half> random_half_pools(size_t n, double bytes);
+RotatedPools<uint8_t> random_e4m3_pools(size_t n, double bytes);
 
 // --csv FILE and --md FILE, the outputs every benchmark takes.
 struct Outputs {

@@ -102,6 +102,18 @@ struct TinyModel::Scratch {
   DeviceBuffer<float> x, h, q, k, v, attn, up, logits;
   DeviceBuffer<int> tokens, positions, decode_table, decode_lens, prefill_table, prefill_lens, qsl;
   DeviceBuffer<int64_t> slots;
+
+  // Room for the activations of n token rows (both forward paths need the same).
+  void reserve(int n, const ModelConfig& c) {
+    const size_t rows = size_t(n), H = size_t(c.hidden()), D = size_t(c.head_size);
+    ensure(x, rows * H);
+    ensure(h, rows * H);
+    ensure(q, rows * c.num_q_heads * D);
+    ensure(k, rows * c.num_kv_heads * D);
+    ensure(v, rows * c.num_kv_heads * D);
+    ensure(attn, rows * c.num_q_heads * D);
+    ensure(up, rows * c.ffn_size);
+  }
 };
 
 TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Scratch) {
@@ -210,13 +222,7 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
                "slot " << slot << " is outside the pool");
 
   Scratch& s = *s_;
-  ensure(s.x, size_t(n) * H);
-  ensure(s.h, size_t(n) * H);
-  ensure(s.q, size_t(n) * Hq * D);
-  ensure(s.k, size_t(n) * Hkv * D);
-  ensure(s.v, size_t(n) * Hkv * D);
-  ensure(s.attn, size_t(n) * Hq * D);
-  ensure(s.up, size_t(n) * cfg_.ffn_size);
+  s.reserve(n, cfg_);
   s.positions = DeviceBuffer<int>(in.positions);
   s.slots = DeviceBuffer<int64_t>(in.slot_mapping);
   if (in.num_prefill > 0) {
@@ -268,13 +274,7 @@ std::vector<float> TinyModel::forward_dense(const std::vector<int>& tokens,
   for (int t : tokens)
     PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary");
   Scratch& s = *s_;
-  ensure(s.x, size_t(n) * H);
-  ensure(s.h, size_t(n) * H);
-  ensure(s.q, size_t(n) * Hq * D);
-  ensure(s.k, size_t(n) * Hkv * D);
-  ensure(s.v, size_t(n) * Hkv * D);
-  ensure(s.attn, size_t(n) * Hq * D);
-  ensure(s.up, size_t(n) * cfg_.ffn_size);
+  s.reserve(n, cfg_);
   s.positions = DeviceBuffer<int>(caches[0].lengths());  // the new token's position
   embed(s.x, s.tokens, w_->embed, tokens, H);
   for (int l = 0; l < cfg_.num_layers; ++l) {

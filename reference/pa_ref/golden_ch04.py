@@ -148,29 +148,29 @@ CH04_DECODE = [
 ]
 
 
-def paged_decode_arrays(case):
-    """Draw a case's inputs into permuted, NaN-poisoned pools; compute `expected`."""
-    rng = np.random.default_rng(case_seed(case.name))
-    bs, hkv, d, x = case.block_size, case.num_kv_heads, case.head_size, pack_x(case.dtype)
-    batch = len(case.context_lens)
-    context_lens = np.array(case.context_lens, dtype=np.int32)
+def random_paged_cache(rng, num_blocks, max_blocks_per_seq, blocks_needed, context_lens,
+                       hkv, d, bs, x, dtype):
+    """A block table and pools for a batch, drawn from rng (chapters 4, 6 and 8 share it).
 
-    # Sequence b takes the next blocks_needed[b] ids of a random permutation; the
-    # ids left over are unowned. -1 pads every row.
-    ids = rng.permutation(case.num_blocks)
-    block_table = np.full((batch, case.max_blocks_per_seq), -1, dtype=np.int32)
+    Sequence b takes the next blocks_needed[b] ids of a random permutation; -1 pads every
+    row, and one of the ids left over is returned as the unowned block. The pools (chapter
+    2's layouts, x elements per K chunk) are NaN everywhere but in the owned slots below
+    each sequence's context length, which hold N(0,1) values rounded to dtype.
+    Returns (block_table, unowned_block, k_pool, v_pool).
+    """
+    ids = rng.permutation(num_blocks)
+    block_table = np.full((len(blocks_needed), max_blocks_per_seq), -1, dtype=np.int32)
     owned = []
-    for b, count in enumerate(case.blocks_needed):
+    for b, count in enumerate(blocks_needed):
         block_table[b, :count] = ids[len(owned):len(owned) + count]
         owned += block_table[b, :count].tolist()
-    unowned = ids[len(owned):]
-    unowned_block = np.array(rng.choice(unowned), dtype=np.int32)
+    unowned_block = np.array(rng.choice(ids[len(owned):]), dtype=np.int32)
 
     # NaN everywhere, then values rounded to dtype in every owned block ...
-    k_pool = np.full((case.num_blocks, hkv, d // x, bs, x), np.nan)
-    v_pool = np.full((case.num_blocks, hkv, d, bs), np.nan)
-    k_pool[owned] = round_to(rng.standard_normal((len(owned),) + k_pool.shape[1:]), case.dtype)
-    v_pool[owned] = round_to(rng.standard_normal((len(owned),) + v_pool.shape[1:]), case.dtype)
+    k_pool = np.full((num_blocks, hkv, d // x, bs, x), np.nan)
+    v_pool = np.full((num_blocks, hkv, d, bs), np.nan)
+    k_pool[owned] = round_to(rng.standard_normal((len(owned),) + k_pool.shape[1:]), dtype)
+    v_pool[owned] = round_to(rng.standard_normal((len(owned),) + v_pool.shape[1:]), dtype)
     # ... and NaN again in the slots past each sequence's end in its last block.
     for b, n in enumerate(context_lens):
         used = n % bs
@@ -178,6 +178,19 @@ def paged_decode_arrays(case):
             last = block_table[b, n // bs]
             k_pool[last, :, :, used:, :] = np.nan
             v_pool[last, :, :, used:] = np.nan
+    return block_table, unowned_block, k_pool, v_pool
+
+
+def paged_decode_arrays(case):
+    """Draw a case's inputs into permuted, NaN-poisoned pools; compute `expected`."""
+    rng = np.random.default_rng(case_seed(case.name))
+    bs, hkv, d, x = case.block_size, case.num_kv_heads, case.head_size, pack_x(case.dtype)
+    batch = len(case.context_lens)
+    context_lens = np.array(case.context_lens, dtype=np.int32)
+
+    block_table, unowned_block, k_pool, v_pool = random_paged_cache(
+        rng, case.num_blocks, case.max_blocks_per_seq, case.blocks_needed, context_lens,
+        hkv, d, bs, x, case.dtype)
 
     q = round_to(case.q_std * rng.standard_normal((batch, case.num_heads, d)), case.dtype)
     scale = 1.0 / np.sqrt(d)

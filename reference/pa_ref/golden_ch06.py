@@ -45,7 +45,7 @@ from .fp8 import (
     quantize_e4m3,
     reshape_and_cache_fp8,
 )
-from .golden_ch04 import PagedDecodeCase
+from .golden_ch04 import PagedDecodeCase, random_paged_cache
 from .golden_io import TOLERANCES, case_seed, write_case
 from .paged_attention import PARTITION_SIZE, paged_decode_attention
 
@@ -271,25 +271,10 @@ def fp8_decode_arrays(case):
     batch = len(case.context_lens)
     context_lens = np.array(case.context_lens, dtype=np.int32)
 
-    ids = rng.permutation(case.num_blocks)
-    block_table = np.full((batch, case.max_blocks_per_seq), -1, dtype=np.int32)
-    owned = []
-    for b, count in enumerate(case.blocks_needed):
-        block_table[b, :count] = ids[len(owned):len(owned) + count]
-        owned += block_table[b, :count].tolist()
-    unowned_block = np.array(rng.choice(ids[len(owned):]), dtype=np.int32)
-
     # The unquantized cache: NaN everywhere but in the owned slots ...
-    k_values = np.full((case.num_blocks, hkv, d // FP8_X, bs, FP8_X), np.nan)
-    v_values = np.full((case.num_blocks, hkv, d, bs), np.nan)
-    k_values[owned] = round_to(rng.standard_normal((len(owned),) + k_values.shape[1:]), case.dtype)
-    v_values[owned] = round_to(rng.standard_normal((len(owned),) + v_values.shape[1:]), case.dtype)
-    for b, n in enumerate(context_lens):
-        used = n % bs
-        if used:
-            last = block_table[b, n // bs]
-            k_values[last, :, :, used:, :] = np.nan
-            v_values[last, :, :, used:] = np.nan
+    block_table, unowned_block, k_values, v_values = random_paged_cache(
+        rng, case.num_blocks, case.max_blocks_per_seq, case.blocks_needed, context_lens,
+        hkv, d, bs, FP8_X, case.dtype)
     # ... quantized: NaN becomes 0x7F, the poison a kernel must never read.
     k_scale, v_scale = np.float32(case.k_scale), np.float32(case.v_scale)
     k_pool, v_pool = quantize_e4m3(k_values, k_scale), quantize_e4m3(v_values, v_scale)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import round_to
+from .golden_ch04 import random_paged_cache
 from .golden_io import TOLERANCES, case_seed, write_case
 from .paged import blocks_for, pack_x
 from .prefill import paged_prefill_attention
@@ -87,28 +88,12 @@ CH08_PREFILL = [
 def prefill_arrays(case):
     rng = np.random.default_rng(case_seed(case.name))
     bs, hkv, d, x = case.block_size, case.num_kv_heads, case.head_size, pack_x(case.dtype)
-    batch = len(case.new_lens)
     context_lens = np.array(case.context_lens, dtype=np.int32)
     query_start_loc = np.concatenate([[0], np.cumsum(case.new_lens)]).astype(np.int32)
 
-    ids = rng.permutation(case.num_blocks)
-    block_table = np.full((batch, case.max_blocks_per_seq), -1, dtype=np.int32)
-    owned = []
-    for b, count in enumerate(case.blocks_needed):
-        block_table[b, :count] = ids[len(owned):len(owned) + count]
-        owned += block_table[b, :count].tolist()
-    unowned_block = np.array(rng.choice(ids[len(owned):]), dtype=np.int32)
-
-    k_pool = np.full((case.num_blocks, hkv, d // x, bs, x), np.nan)
-    v_pool = np.full((case.num_blocks, hkv, d, bs), np.nan)
-    k_pool[owned] = round_to(rng.standard_normal((len(owned),) + k_pool.shape[1:]), case.dtype)
-    v_pool[owned] = round_to(rng.standard_normal((len(owned),) + v_pool.shape[1:]), case.dtype)
-    for b, n in enumerate(context_lens):
-        used = n % bs
-        if used:
-            last = block_table[b, n // bs]
-            k_pool[last, :, :, used:, :] = np.nan
-            v_pool[last, :, :, used:] = np.nan
+    block_table, unowned_block, k_pool, v_pool = random_paged_cache(
+        rng, case.num_blocks, case.max_blocks_per_seq, case.blocks_needed, context_lens,
+        hkv, d, bs, x, case.dtype)
 
     q = round_to(rng.standard_normal((int(query_start_loc[-1]), case.num_heads, d)), case.dtype)
     scale = 1.0 / np.sqrt(d)
