@@ -4,6 +4,8 @@
 #   make tour               the tour: each finished chapter on a built-in workload
 #   make test-chapter-1     your code for chapter 1 (red until you finish the TODOs)
 #   make test-solution-1    the reference solution's tests for chapter 1
+#   make check-chapter-1    the same tests in checked mode: races, out-of-bounds accesses and
+#                           shuffle call sites named with their lines (CPU emulator only)
 #   make test               everything CI checks
 #   make book | doctor | nvcc-check | skeletons
 #
@@ -20,11 +22,12 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CHAPTERS := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)))
 
-.PHONY: help setup configure build demo tour test test-chapter-% test-solution-% book doctor \
+.PHONY: help setup configure check-configure build demo tour test test-chapter-% test-solution-% \
+        check-chapter-% check-solution-% book doctor \
         nvcc-check skeletons check-skeletons clean
 
 help:
-	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,14p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 ifneq ($(SKIP_SETUP),1)
@@ -59,6 +62,21 @@ test-chapter-%: configure
 
 test-solution-%: configure
 	@bash tools/run_chapter.sh $(BUILD) solution $*
+
+# Checked mode: the emulator as a CPU compute-sanitizer (ThreadSanitizer underneath).
+# Its own build, so that switching back and forth rebuilds nothing.
+CHECK_BUILD := build/cpu-check
+check-configure: setup
+	@mkdir -p build
+	@cmake -S . -B $(CHECK_BUILD) $(GENERATOR) -DPA_BACKEND=cpu -DPA_EMU_CHECK=ON \
+	  -DPA_PYTHON=$(PYTHON) -DCMAKE_BUILD_TYPE=Release > $(CHECK_BUILD).configure.log 2>&1 || \
+	  { cat $(CHECK_BUILD).configure.log; echo "cmake failed (log: $(CHECK_BUILD).configure.log)"; exit 1; }
+
+check-chapter-%: check-configure
+	@PA_CHECKED=1 bash tools/run_chapter.sh $(CHECK_BUILD) chapter $*
+
+check-solution-%: check-configure
+	@PA_CHECKED=1 bash tools/run_chapter.sh $(CHECK_BUILD) solution $*
 
 test: configure
 	@bash tools/run_tests.sh $(BUILD) $(BACKEND) $(PYTHON)

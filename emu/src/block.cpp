@@ -2,6 +2,8 @@
 // synchronisation that kernels call. Everything here runs on one OS thread.
 #include "block.h"
 
+#include <cstring>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,6 +12,8 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+
+#include "race_check.h"
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
@@ -105,19 +109,37 @@ void Block::start_fibers(const std::function<void()>& body, size_t stack_bytes) 
     slot_bytes_ = slot;
     for (size_t i = 0; i < n; ++i) mprotect(stacks_ + i * slot, page, PROT_NONE);
   }
+  while (race_fibers_.size() < n) race_fibers_.push_back(race::create_fiber());
+  if (race::kEnabled) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint3 b = block_idx_, t = threads_[i].idx;
+      char name[64];
+      std::snprintf(name, sizeof name, "block (%u,%u,%u), thread (%u,%u,%u), warp %zu lane %zu",
+                    b.x, b.y, b.z, t.x, t.y, t.z, i / 32, i % 32);
+      race::set_fiber_name(race_fibers_[i], name);
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     SlotStack stack{stacks_ + (i + 1) * slot_bytes_, slot_bytes_ - page};
     threads_[i].fiber = ctx::fiber(std::allocator_arg, stack,
                                    [this, i, &body](ctx::fiber&& sched) -> ctx::fiber {
       scheduler_ = std::move(sched);
+      race::acquire(&start_token_);  // what the launch and earlier blocks wrote is visible
       try {
         if (error_.empty()) body();  // a thread never started before a failure stays so
       } catch (const AbortBlock&) {
+        race::Quiet quiet;
         // the block failed while this thread waited: just leave
       } catch (const std::exception& e) {
+        race::Quiet quiet;
         if (error_.empty()) error_ = where() + ": the kernel threw: " + e.what();
       }
-      thread_exited(static_cast<int>(i));
+      {
+        race::Quiet quiet;
+        thread_exited(static_cast<int>(i));
+      }
+      race::release(&end_token_);
+      race::switch_to(race_scheduler_);
       return std::move(scheduler_);
     });
   }
@@ -126,16 +148,19 @@ void Block::start_fibers(const std::function<void()>& body, size_t stack_bytes) 
 void Block::resume(int i) {
   current_ = i;
   threadIdx = threads_[i].idx;
+  race::switch_to(race_fibers_[i]);
   threads_[i].fiber = std::move(threads_[i].fiber).resume();
   current_ = -1;
 }
 
 void Block::yield() {
+  race::switch_to(race_scheduler_);
   scheduler_ = std::move(scheduler_).resume();
   if (!error_.empty()) throw AbortBlock{};  // resumed only to unwind
 }
 
 void Block::fail(const std::string& message) {
+  race::Quiet quiet;
   if (error_.empty()) error_ = message;
   Thread& t = threads_[current_];
   t.wait = Wait::Block;  // parked for good; run() unwinds it
@@ -163,6 +188,11 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
   }
   live_ = n;
   barrier_accum_ = barrier_result_ = 0;
+  interval_ = 0;
+  interval_file_ = nullptr;
+  interval_line_ = 0;
+  race_scheduler_ = race::current_fiber();
+  race::release(&start_token_);
   start_fibers(body, stack_bytes);
 
   std::mt19937_64 rng(schedule.seed * 0x9E3779B97F4A7C15ull + block_idx.x +
@@ -200,6 +230,7 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
   // Unwind every fiber still parked (only after an error): resuming it makes yield() throw.
   for (int i = 0; i < n; ++i)
     if (threads_[i].fiber) resume(i);
+  race::acquire(&end_token_);  // the next block on this worker starts after this one
   tl_block = nullptr;
   return error_;
 }
@@ -247,18 +278,24 @@ bool Block::release_block_barrier() {
   }
   barrier_result_ = barrier_accum_;
   barrier_accum_ = 0;
+  ++interval_;
+  interval_file_ = first->file;
+  interval_line_ = first->line;
   for (Thread& t : threads_)
     if (t.wait == Wait::Block) t.wait = Wait::None;
   return true;
 }
 
 void Block::syncthreads(int contribution, const char* file, int line) {
+  race::Quiet quiet;
   Thread& t = threads_[current_];
   barrier_accum_ += contribution;
   t.wait = Wait::Block;
   t.file = file;
   t.line = line;
+  race::release(&barrier_token_);
   yield();
+  race::acquire(&barrier_token_);
 }
 
 void Block::thread_exited(int i) {
@@ -282,6 +319,7 @@ unsigned Block::active_mask() const {
 
 uint64_t Block::warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ballot,
                               const char* what, const char* file, int line) {
+  race::Quiet quiet;
   const int me = current_, lane = me % 32, base = me - lane;
   Thread& t = threads_[me];
   Warp& w = warps_[me / 32];
@@ -299,7 +337,18 @@ uint64_t Block::warp_exchange(unsigned mask, uint64_t value, int src_lane, unsig
 
   WarpGroup* g = nullptr;
   for (WarpGroup& p : w.pending) {
-    if (p.mask == need) { g = &p; break; }
+    if (p.mask == need) {
+      // One shuffle is one instruction: every lane must reach it from the same line.
+      if (p.line != line || std::strcmp(p.file, file) != 0 || std::strcmp(p.what, what) != 0)
+        fail(where() + ": lanes of warp " + std::to_string(me / 32) +
+             " meet in different warp primitives: lanes " + hex_mask(p.arrived) + " wait in " +
+             p.what + " at " + p.file + ":" + std::to_string(p.line) + ", lane " +
+             std::to_string(lane) + " arrives at " + here + " (mask " + hex_mask(need) +
+             "). A shuffle or __syncwarp inside a branch that only some lanes of the mask "
+             "take: move it out of the branch, or narrow the mask to the lanes that take it.");
+      g = &p;
+      break;
+    }
     if (p.mask & need)
       fail(where() + ": shuffle mask mismatch: " + here + " passes mask " +
            hex_mask(need) + ", but lanes " + hex_mask(p.arrived) + " wait in " + p.what +
@@ -312,6 +361,7 @@ uint64_t Block::warp_exchange(unsigned mask, uint64_t value, int src_lane, unsig
   t.value = value;
   t.src = src_lane;
   g->arrived |= 1u << lane;
+  race::release(&warp_tokens_[me / 32]);
   if (g->arrived != g->mask) {
     t.wait = Wait::Warp;
     t.what = what;
@@ -332,6 +382,7 @@ uint64_t Block::warp_exchange(unsigned mask, uint64_t value, int src_lane, unsig
     }
     w.pending.erase(w.pending.begin() + (g - w.pending.data()));
   }
+  race::acquire(&warp_tokens_[me / 32]);
   if (ballot) *ballot = t.ballot;
   return t.result;
 }

@@ -66,6 +66,10 @@ class Block {
   int lane() const { return current_ % 32; }
   // "block (x,y,z), thread (x,y,z)" of the thread running now, for diagnoses.
   std::string where() const;
+  // The block's completed __syncthreads so far, and the last one's place (for reports).
+  int interval() const { return interval_; }
+  const char* interval_file() const { return interval_file_; }
+  int interval_line() const { return interval_line_; }
 
  private:
   void start_fibers(const std::function<void()>& body, size_t stack_bytes);
@@ -83,6 +87,20 @@ class Block {
   int live_ = 0;
   int barrier_accum_ = 0;
   int barrier_result_ = 0;
+  int interval_ = 0;
+  const char* interval_file_ = nullptr;
+  int interval_line_ = 0;
+  // Checked mode (race_check.h): one TSan fiber per thread slot, made once per worker and
+  // reused by every block it runs; the scheduler's own fiber; the tokens that the CUDA
+  // primitives release and acquire. Consecutive blocks on one worker are ordered (the
+  // scheduler acquires end_token_ after a block and releases start_token_ before the next),
+  // as if each started after the last one ended; the threads of one block are not.
+  std::vector<void*> race_fibers_;
+  void* race_scheduler_ = nullptr;
+  char start_token_ = 0;
+  char end_token_ = 0;
+  char barrier_token_ = 0;
+  char warp_tokens_[32] = {};
   uint3 block_idx_{};
   std::string error_;
   // Fiber stacks, one slot per thread with a guard page below it, mapped once per

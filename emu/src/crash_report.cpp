@@ -4,6 +4,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,34 +15,100 @@
 
 #include "block.h"
 #include "crash_report.h"
+#include "memory_map.h"
 
 namespace emu {
 namespace {
 
 thread_local const void* tl_kernel = nullptr;
 
+}  // namespace
+
 std::string kernel_name(const void* kernel) {
   Dl_info info;
+  if (kernel && dladdr(kernel, &info) && !info.dli_sname) {
+    // Not exported (a kernel in an anonymous namespace): ask the line table.
+    const std::string line = source_line(const_cast<void*>(kernel));
+    const size_t at = line.rfind("(in ");
+    if (at != std::string::npos) return line.substr(at + 4, line.size() - at - 5);
+  }
   if (!kernel || !dladdr(kernel, &info) || !info.dli_sname) return "(unknown kernel)";
   int status = 0;
   char* pretty = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
   std::string name = status == 0 && pretty ? pretty : info.dli_sname;
   std::free(pretty);
-  return name;
+  return function_name(name);
 }
 
-void on_fault(int sig, siginfo_t* info, void*) {
+// "void (anonymous namespace)::k<false>(float*)" -> "k<false>"
+std::string function_name(std::string s) {
+  const std::string anon = "(anonymous namespace)::";
+  for (size_t at; (at = s.find(anon)) != std::string::npos;) s.erase(at, anon.size());
+  int depth = 0;  // cut the parameter list: the first '(' outside template arguments
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>') --depth;
+    if (s[i] == '(' && depth == 0) { s.resize(i); break; }
+  }
+  depth = 0;  // drop a return type: the last space outside template arguments
+  for (size_t i = s.size(); i-- > 0;) {
+    if (s[i] == '>') ++depth;
+    if (s[i] == '<') --depth;
+    if (s[i] == ' ' && depth == 0) return s.substr(i + 1);
+  }
+  return s;
+}
+
+// From the binary's line table, by asking addr2line (binutils, installed with g++).
+std::string source_line(void* pc) {
+  Dl_info info;
+  if (!dladdr(pc, &info) || !info.dli_fname) return "";
+  char cmd[512];
+  const unsigned long offset =
+      static_cast<unsigned long>(static_cast<char*>(pc) - static_cast<char*>(info.dli_fbase));
+  std::snprintf(cmd, sizeof cmd, "addr2line -i -f -C -e '%s' %#lx 2>/dev/null",
+                info.dli_fname[0] ? info.dli_fname : "/proc/self/exe", offset);
+  FILE* p = popen(cmd, "r");
+  if (!p) return "";
+  std::string out, fn;
+  char line[1024];
+  for (int i = 0; std::fgets(line, sizeof line, p); ++i) {
+    std::string l(line);
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    if (i % 2 == 0) {
+      fn = function_name(l);
+      continue;
+    }
+    if (l.rfind("??", 0) == 0) continue;
+    for (const char* root : {"/solutions/", "/chapters/", "/tests/", "/include/"})
+      if (size_t at = l.rfind(root); at != std::string::npos) { l = l.substr(at + 1); break; }
+    if (const size_t d = l.find(" (discriminator"); d != std::string::npos) l.resize(d);
+    out += (out.empty() ? "  at " : "\n     inlined into ") + l + " (in " + fn + ")";
+  }
+  pclose(p);
+  return out;
+}
+
+namespace {
+
+void on_fault(int sig, siginfo_t* info, void* context) {
   std::fflush(stdout);  // keep what the program printed before the crash
   std::string msg = std::string("\nemulator: ") + (sig == SIGBUS ? "bus error" : "segmentation fault");
   char addr[64];
   std::snprintf(addr, sizeof addr, " at address %p", info->si_addr);
   msg += addr;
   if (Block* b = current_block()) {
-    msg += "\n  in kernel " + kernel_name(tl_kernel) + ",\n  " + b->where() +
-           ": an out-of-bounds access in kernel code (a bad index, a block table that lies,"
-           " or a fiber stack overflow: then raise PA_EMU_STACK_KB).\n"
-           "  To find the line: run the same test on a GPU under compute-sanitizer --tool"
-           " memcheck, or here under gdb.\n";
+    const std::string missed = describe_fault(reinterpret_cast<uintptr_t>(info->si_addr));
+    void* pc = reinterpret_cast<void*>(
+        static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RIP]);
+    const std::string line = source_line(pc);
+    if (!missed.empty()) msg = "\nemulator memcheck: out-of-bounds access to " + missed;
+    msg += "\n  in kernel " + kernel_name(tl_kernel) + ",\n  by " + b->where() + "\n";
+    msg += line.empty() ? "  (source line unknown: build with -g, or run under gdb)\n"
+                        : line + "\n";
+    if (missed.empty())
+      msg += "  An out-of-bounds access in kernel code (a bad index, a block table that lies,"
+             " or a fiber stack overflow: then raise PA_EMU_STACK_KB).\n";
   } else {
     msg += " (outside any kernel)\n";
   }

@@ -1,9 +1,17 @@
 // Naming the kernel, block and thread when a kernel crashes the emulator.
 #pragma once
+#include <string>
 
 namespace emu {
 // Installs the SIGSEGV/SIGBUS report (once per process) and this thread's alternate stack.
 void install_crash_report();
 // The kernel this OS thread is running, for the report.
 void set_current_kernel(const void* kernel);
+// The demangled name of a kernel, from its address.
+std::string kernel_name(const void* kernel);
+// "  at file:line (in function)" for a code address, with the inlined-into chain; "" if
+// the binary has no line table for it.
+std::string source_line(void* pc);
+// A demangled signature cut to the function's name: "void ns::k<float>(int)" -> "ns::k<float>".
+std::string function_name(std::string signature);
 }  // namespace emu

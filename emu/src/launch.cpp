@@ -11,13 +11,16 @@
 
 #include "block.h"
 #include "crash_report.h"
+#include "memory_map.h"
+#include "init_check.h"
+#include "race_check.h"
 #include "state.h"
 
 namespace emu {
 namespace {
 
 
-thread_local std::vector<unsigned char> tl_dynamic_smem;
+thread_local void* tl_dynamic_smem = nullptr;
 std::string g_schedule_override;
 bool g_has_override = false;
 std::mutex g_attr_mutex;
@@ -36,19 +39,31 @@ struct Job {
   std::string error;
 };
 
-void run_blocks(Job& job) {
+// Which blocks a worker runs. Plain mode: the next free block, for balance. Checked mode:
+// worker i runs blocks i, i + W, i + 2W...: blocks that one worker runs one after another
+// are ordered for the race detector, so neighbouring blocks go to different workers,
+// where a race between them shows.
+uint64_t next_block(Job& job, int worker, int workers, uint64_t done) {
+  if (!race::kEnabled) return job.next++;
+  return uint64_t(worker) + done * uint64_t(workers);
+}
+
+void run_blocks(Job& job, int worker, int workers) {
   thread_local Block block;
   install_crash_report();
   set_current_kernel(job.kernel);
   const uint64_t total = uint64_t(job.grid.x) * job.grid.y * job.grid.z;
   gridDim = job.grid;
   blockDim = job.block;
-  for (uint64_t b; !job.failed && (b = job.next++) < total;) {
+  for (uint64_t b, done = 0; !job.failed && (b = next_block(job, worker, workers, done)) < total;
+       ++done) {
     blockIdx = make_uint3(b % job.grid.x, (b / job.grid.x) % job.grid.y,
                           b / (uint64_t(job.grid.x) * job.grid.y));
-    // Real shared memory starts as garbage: poison it so a read-before-write shows.
-    tl_dynamic_smem.assign(job.smem, 0xFF);
+    // Real shared memory starts as garbage: poisoned, so a read-before-write shows.
+    tl_dynamic_smem = dynamic_shared_buffer(job.smem);
+    initcheck::begin_block(tl_dynamic_smem, job.smem);
     std::string err = block.run(*job.body, blockIdx, job.block, job.schedule, job.stack_bytes);
+    initcheck::end_block();
     if (!err.empty()) {
       std::lock_guard<std::mutex> lock(job.error_mutex);
       if (job.error.empty()) job.error = err;
@@ -61,7 +76,7 @@ void run_blocks(Job& job) {
 class Pool {
  public:
   explicit Pool(int workers) {
-    for (int i = 1; i < workers; ++i) threads_.emplace_back([this] { loop(); });
+    for (int i = 1; i < workers; ++i) threads_.emplace_back([this, i] { loop(i); });
   }
   ~Pool() {
     {
@@ -79,7 +94,7 @@ class Pool {
       busy_ = static_cast<int>(threads_.size());
     }
     cv_.notify_all();
-    run_blocks(job);
+    run_blocks(job, 0, size());
     std::unique_lock<std::mutex> lock(m_);
     done_cv_.wait(lock, [this] { return busy_ == 0; });
     job_ = nullptr;
@@ -87,7 +102,7 @@ class Pool {
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
  private:
-  void loop() {
+  void loop(int index) {
     uint64_t seen = 0;
     for (;;) {
       Job* job;
@@ -98,7 +113,7 @@ class Pool {
         seen = generation_;
         job = job_;
       }
-      run_blocks(*job);
+      run_blocks(*job, index, size());
       std::lock_guard<std::mutex> lock(m_);
       if (--busy_ == 0) done_cv_.notify_one();
     }
@@ -120,8 +135,9 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 }
 
 Pool& pool() {
-  static Pool p(env_int("PA_EMU_WORKERS",
-                        std::max(1u, std::min(16u, std::thread::hardware_concurrency())), 1, 256));
+  // Checked mode wants several workers even on a small machine: see next_block().
+  const unsigned cores = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  static Pool p(env_int("PA_EMU_WORKERS", int(race::kEnabled ? std::max(4u, cores) : cores), 1, 256));
   return p;
 }
 
@@ -185,8 +201,12 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t smem,
     return set_error(cudaErrorInvalidValue,
                      std::string("PA_EMU_SCHEDULE=") + schedule() +
                          " is not one of: forward, reverse, random:SEED, greedy");
+  race::start_reporting();
   pool().run(job);
   if (job.failed) return set_error(cudaErrorLaunchFailure, "emulator: " + job.error);
+  const std::string name = kernel_name(kernel);
+  const std::string found = initcheck::take_report(name) + race::take_report(name.c_str());
+  if (!found.empty()) return set_error(cudaErrorLaunchFailure, found);
   return cudaSuccess;
 }
 
@@ -206,7 +226,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ba
 }
 unsigned active_mask() { return current_block()->active_mask(); }
 int lane_id() { return current_block()->lane(); }
-void* dynamic_shared_memory() { return tl_dynamic_smem.data(); }
+void* dynamic_shared_memory() { return tl_dynamic_smem; }
 }  // namespace detail
 
 }  // namespace emu

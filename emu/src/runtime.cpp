@@ -10,6 +10,7 @@
 #include <string>
 
 #include "emu/cuda_emu.h"
+#include "memory_map.h"
 #include "state.h"
 
 struct CUevent_st {
@@ -19,28 +20,9 @@ struct CUstream_st {};
 
 namespace emu {
 namespace {
-std::mutex g_mem_mutex;
-std::map<const char*, size_t> g_allocs;  // device allocation start -> size
 thread_local cudaError_t tl_last = cudaSuccess;
 thread_local std::string tl_message;
 constexpr size_t kFakeMemory = size_t(16) << 30;
-
-// Is [p, p+n) inside one allocation? Returns "" or a description of the problem.
-std::string check_range(const void* p, size_t n, const char* role) {
-  const char* c = static_cast<const char*>(p);
-  std::lock_guard<std::mutex> lock(g_mem_mutex);
-  auto it = g_allocs.upper_bound(c);
-  if (it == g_allocs.begin()) return std::string(role) + " is not device memory";
-  --it;
-  const size_t offset = size_t(c - it->first);
-  if (offset >= it->second && !(offset == it->second && n == 0))
-    return std::string(role) + " is not device memory";
-  if (offset + n > it->second)
-    return std::string(role) + " range of " + std::to_string(n) + " bytes at offset " +
-           std::to_string(offset) + " overruns its allocation of " +
-           std::to_string(it->second) + " bytes";
-  return "";
-}
 }  // namespace
 
 cudaError_t set_error(cudaError_t code, const std::string& message) {
@@ -57,28 +39,19 @@ extern "C" {
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (!ptr) return set_error(cudaErrorInvalidValue, "cudaMalloc: null output pointer");
-  const size_t rounded = (size + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded ? rounded : 256);
+  void* p = emu::device_alloc(size);
   if (!p)
     return set_error(cudaErrorMemoryAllocation,
                      "cudaMalloc: out of memory (" + std::to_string(size) + " bytes)");
-  std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
-  emu::g_allocs[static_cast<const char*>(p)] = size;
   *ptr = p;
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
-  {
-    std::lock_guard<std::mutex> lock(emu::g_mem_mutex);
-    auto it = emu::g_allocs.find(static_cast<const char*>(ptr));
-    if (it == emu::g_allocs.end())
-      return set_error(cudaErrorInvalidValue,
-                       "cudaFree: pointer was not returned by cudaMalloc (or freed twice)");
-    emu::g_allocs.erase(it);
-  }
-  std::free(ptr);
+  if (!emu::device_free(ptr))
+    return set_error(cudaErrorInvalidValue,
+                     "cudaFree: pointer was not returned by cudaMalloc (or freed twice)");
   return cudaSuccess;
 }
 
@@ -97,8 +70,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
   const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
     return set_error(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: invalid direction");
-  if (dst_dev) problem = emu::check_range(dst, count, "cudaMemcpy: destination");
-  if (problem.empty() && src_dev) problem = emu::check_range(src, count, "cudaMemcpy: source");
+  if (dst_dev) problem = emu::check_device_range(dst, count, "cudaMemcpy: destination");
+  if (problem.empty() && src_dev) problem = emu::check_device_range(src, count, "cudaMemcpy: source");
   if (!problem.empty()) return set_error(cudaErrorInvalidValue, problem);
   if (count) std::memmove(dst, src, count);
   return cudaSuccess;
@@ -108,7 +81,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   return cudaMemcpy(dst, src, count, kind);
 }
 cudaError_t cudaMemset(void* dst, int value, size_t count) {
-  std::string problem = emu::check_range(dst, count, "cudaMemset: destination");
+  std::string problem = emu::check_device_range(dst, count, "cudaMemset: destination");
   if (!problem.empty()) return set_error(cudaErrorInvalidValue, problem);
   std::memset(dst, value, count);
   return cudaSuccess;

@@ -1,0 +1,13 @@
+// Checked mode's initcheck (init_check.cpp): reads of shared memory that no thread of the
+// block wrote. In a plain build these do nothing.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace emu::initcheck {
+// Around each block a worker runs: its dynamic shared memory, then nothing is written yet.
+void begin_block(void* dynamic_shared, size_t bytes);
+void end_block();
+// After a launch: what was found, in the course's words ("" if nothing).
+std::string take_report(const std::string& kernel);
+}  // namespace emu::initcheck

@@ -1,0 +1,288 @@
+// Checked mode's race reports. ThreadSanitizer writes its reports to a file of ours; after
+// each launch we read what it added and say it the way compute-sanitizer's racecheck
+// would: the memory (shared or global), the two source lines, the two threads (block,
+// thread, warp, lane) and the barrier interval they share.
+#include "race_check.h"
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "block.h"
+#include "memory_map.h"
+
+#if defined(PA_EMU_CHECK)
+extern "C" {
+void* __tsan_get_current_fiber(void);
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_set_fiber_name(void* fiber, const char* name);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+void __sanitizer_set_report_path(const char* path);
+// Defaults for our runs; TSAN_OPTIONS still overrides them.
+const char* __tsan_default_options() { return "history_size=4:halt_on_error=0"; }
+}
+#endif
+
+namespace emu::race {
+namespace {
+
+// What the block of the racing thread was doing when TSan found the race. Filled inside
+// TSan's report hook (below), so it is plain data: no allocation there.
+struct Moment {
+  int interval;
+  const char* file;
+  int line;
+};
+constexpr int kMaxMoments = 4096;
+Moment g_moments[kMaxMoments];
+int g_moment_count = 0;   // written under TSan's report lock
+int g_moments_taken = 0;  // how many take_report() has paired with a report
+
+std::mutex g_mutex;
+std::string g_log_path;  // TSan appends ".PID"
+std::streamoff g_log_offset = 0;
+
+std::string base_path() {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/pa-emu-racecheck";
+}
+
+// A path as the student knows it: from solutions/, chapters/, tests/ or include/ on.
+std::string short_path(const std::string& path) {
+  for (const char* root : {"/solutions/", "/chapters/", "/tests/", "/include/", "/emu/"}) {
+    const size_t at = path.rfind(root);
+    if (at != std::string::npos) return path.substr(at + 1);
+  }
+  return path;
+}
+
+bool is_course_code(const std::string& path) {
+  return path.find("/usr/") != 0 && path.find("/emu/src/") == std::string::npos &&
+         path.find("include/pa/launch.h") == std::string::npos &&
+         path.find("/boost/") == std::string::npos;
+}
+
+struct Access {
+  std::string kind;  // "write", "read", "atomic write", ...
+  int size = 0;
+  uintptr_t address = 0;
+  std::string thread;  // "T12"
+  std::vector<std::string> frames;  // "file:line (function)", course code only (3 at most)
+  std::string outermost;            // the course function the fiber started in: the kernel
+  bool stack_lost = false;
+};
+
+struct Race {
+  Access now, before;
+  std::string location;  // TSan's "Location is ..." line
+  std::map<std::string, std::string> names;  // "T12" -> fiber name
+};
+
+// "    #0 func(args) /path/file.cu:12:5 (exe+0x1234)" -> "file.cu:12 (func)"
+bool parse_frame(const std::string& line, std::string* out, bool* course) {
+  static const std::regex frame(R"(^\s+#\d+ (.*) (/[^ :]+):(\d+)(?::\d+)? \(.*\)$)");
+  std::smatch m;
+  if (!std::regex_match(line, m, frame)) return false;
+  std::string fn = m[1].str();
+  const size_t paren = fn.find('(');
+  if (paren != std::string::npos) fn = fn.substr(0, paren);
+  const size_t lt = fn.find('<');
+  if (lt != std::string::npos) fn = fn.substr(0, lt);
+  *course = is_course_code(m[2].str());
+  *out = short_path(m[2].str()) + ":" + m[3].str() + " (in " + fn + ")";
+  return true;
+}
+
+std::vector<Race> parse(const std::string& text) {
+  static const std::regex access(
+      R"(^  (Previous )?([A-Za-z ]+?) of size (\d+) at (0x[0-9a-f]+) by (thread (T\d+)|main thread).*:$)");
+  static const std::regex thread_name(R"(^  Thread (T\d+) '([^']*)')");
+  std::vector<Race> races;
+  std::istringstream in(text);
+  std::string line;
+  Race* race = nullptr;
+  Access* acc = nullptr;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (line.rfind("WARNING: ThreadSanitizer: data race", 0) == 0) {
+      races.emplace_back();
+      race = &races.back();
+      acc = nullptr;
+    } else if (!race) {
+      continue;
+    } else if (std::regex_match(line, m, access)) {
+      acc = m[1].matched ? &race->before : &race->now;
+      std::string kind = m[2].str();
+      for (char& c : kind) c = char(std::tolower(c));
+      acc->kind = kind;
+      acc->size = std::stoi(m[3].str());
+      acc->address = std::stoull(m[4].str(), nullptr, 16);
+      acc->thread = m[6].matched ? m[6].str() : "main";
+    } else if (acc && line.find("[failed to restore the stack]") != std::string::npos) {
+      acc->stack_lost = true;
+    } else if (acc && line.rfind("    #", 0) == 0) {
+      std::string frame;
+      bool course = false;
+      if (parse_frame(line, &frame, &course) && course) {
+        if (acc->frames.size() < 3) acc->frames.push_back(frame);
+        acc->outermost = frame.substr(frame.rfind("(in ") + 4);
+        acc->outermost.pop_back();
+      }
+    } else if (line.rfind("  Location is ", 0) == 0) {
+      race->location = line.substr(2);
+      acc = nullptr;
+    } else if (std::regex_search(line, m, thread_name)) {
+      race->names[m[1].str()] = m[2].str();
+      acc = nullptr;
+    } else if (line.empty()) {
+      acc = nullptr;
+    }
+  }
+  return races;
+}
+
+std::string who(const Race& r, const Access& a) {
+  auto it = r.names.find(a.thread);
+  if (it != r.names.end()) return it->second;
+  return a.thread == "main" ? "the host thread" : "thread " + a.thread;
+}
+
+// "block (1,0,0), thread (33,0,0), warp 1 lane 1" -> the block part, and the warp.
+std::string block_of(const std::string& name) { return name.substr(0, name.find("), ") + 1); }
+std::string warp_of(const std::string& name) {
+  const size_t at = name.find("warp ");
+  return at == std::string::npos ? "" : name.substr(at, name.find(' ', at + 5) - at);
+}
+
+std::string where_line(const Access& a) {
+  if (!a.frames.empty()) {
+    std::string s = a.frames[0];
+    for (size_t i = 1; i < a.frames.size(); ++i) s += "\n        called from " + a.frames[i];
+    return s;
+  }
+  if (a.stack_lost)
+    return "(line lost: TSan keeps a short history; rerun with TSAN_OPTIONS=history_size=7)";
+  return "(outside the course's code)";
+}
+
+std::string describe(const Race& r, const char* kernel, const Moment* moment) {
+  const std::string memory = describe_address(r.now.address, r.location);
+  const std::string a = who(r, r.now), b = who(r, r.before);
+  std::ostringstream os;
+  os << "emulator racecheck: data race on " << memory << "\n"
+     << "  in kernel "
+     << (std::strcmp(kernel, "(unknown kernel)") == 0 && !r.now.outermost.empty()
+             ? r.now.outermost.c_str()
+             : kernel)
+     << "\n"
+     << "  " << r.now.kind << " of " << r.now.size << " bytes at " << where_line(r.now) << "\n"
+     << "      by " << a << "\n"
+     << "  " << r.before.kind << " of " << r.before.size << " bytes at " << where_line(r.before)
+     << "\n"
+     << "      by " << b << "\n";
+  if (block_of(a) != block_of(b)) {
+    os << "  The two threads are in different blocks: nothing orders blocks within one launch\n"
+          "  (no barrier spans blocks). Give each block its own output, or order them with\n"
+          "  atomics (and __threadfence) as a ticket counter does.\n";
+  } else {
+    if (moment && moment->interval > 0)
+      os << "  Both fall in barrier interval " << moment->interval << " of the block (after the "
+         << "__syncthreads at " << short_path(moment->file) << ":" << moment->line
+         << "), so no barrier separates them.\n";
+    else if (moment)
+      os << "  Both fall before the block's first __syncthreads, so no barrier separates them.\n";
+    if (warp_of(a) == warp_of(b))
+      os << "  Both threads are in " << warp_of(a) << ": lanes do not run in lockstep; put a "
+         << "__syncwarp() between the write and the read.\n";
+    else
+      os << "  Put a __syncthreads() between them, reached by every thread of the block.\n";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+#if defined(PA_EMU_CHECK)
+void* current_fiber() { return __tsan_get_current_fiber(); }
+void* create_fiber() { return __tsan_create_fiber(0); }
+void set_fiber_name(void* fiber, const char* name) { __tsan_set_fiber_name(fiber, name); }
+void switch_to(void* fiber) { __tsan_switch_to_fiber(fiber, 1 /* no sync */); }
+void acquire(const void* token) { __tsan_acquire(const_cast<void*>(token)); }
+void release(const void* token) { __tsan_release(const_cast<void*>(token)); }
+Quiet::Quiet() { __tsan_ignore_thread_begin(); }
+Quiet::~Quiet() { __tsan_ignore_thread_end(); }
+#endif
+
+std::string take_report(const char* kernel) {
+  if (!kEnabled) return "";
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_log_path.empty()) return "";
+  std::ifstream in(g_log_path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(g_log_offset);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  g_log_offset += std::streamoff(text.size());
+  if (text.empty()) return "";
+  const std::vector<Race> races = parse(text);
+  std::string out;
+  for (size_t i = 0; i < races.size(); ++i) {
+    const int k = g_moments_taken++;
+    const Moment* moment = k < g_moment_count && k < kMaxMoments ? &g_moments[k] : nullptr;
+    if (moment && moment->interval < 0) moment = nullptr;
+    if (i < 2) out += describe(races[i], kernel, moment);
+  }
+  if (races.size() > 2)
+    out += "  (" + std::to_string(races.size() - 2) + " more races in this launch)\n";
+  if (races.empty()) out = "emulator racecheck: ThreadSanitizer reported a problem:\n" + text;
+  out += "  (ThreadSanitizer's full report: " + g_log_path + ")";
+  return out;
+}
+
+// Called at start-up in checked mode: TSan's reports go to our file, not to stderr.
+void start_reporting() {
+  if (!kEnabled) return;
+#if defined(PA_EMU_CHECK)
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_log_path.empty()) return;
+  const std::string base = base_path();
+  __sanitizer_set_report_path(base.c_str());
+  g_log_path = base + "." + std::to_string(getpid());
+  std::remove(g_log_path.c_str());
+  g_log_offset = 0;
+#endif
+}
+
+}  // namespace emu::race
+
+#if defined(PA_EMU_CHECK)
+// TSan calls this, synchronously, for every report it is about to write: the racing thread
+// is the fiber running now, so its block's barrier interval is the one to report.
+namespace __tsan {
+struct ReportDesc;
+bool OnReport(const ReportDesc*, bool suppressed) {
+  using namespace emu::race;
+  if (g_moment_count < kMaxMoments) {
+    Moment& m = g_moments[g_moment_count];
+    m = Moment{-1, "", 0};
+    if (const emu::Block* b = emu::current_block())
+      m = Moment{b->interval(), b->interval_file() ? b->interval_file() : "", b->interval_line()};
+  }
+  ++g_moment_count;
+  return suppressed;
+}
+}  // namespace __tsan
+#endif

@@ -1,0 +1,193 @@
+// The emulator as a CPU compute-sanitizer. Call sites of warp primitives are checked in
+// every build; races and out-of-bounds accesses are named in checked mode
+// (cmake -DPA_EMU_CHECK=ON, `make check-chapter-N`), and these tests prove each report
+// names what a student needs: the memory, both lines, both threads, the barrier interval.
+// Correct kernels (barriers, __syncwarp, shuffles, atomics) must stay silent.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "pa/device_buffer.h"
+#include "pa/launch.h"
+
+namespace {
+
+std::string file_line(int line) { return "test_checked_mode.cu:" + std::to_string(line); }
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const pa::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ---- Divergent shuffle: some lanes take a branch with a shuffle in it; the others meet
+// them at the next __syncwarp, which has the same mask. Without the call-site check the
+// two primitives would "match" and the warp would compute garbage.
+constexpr int kShuffleLine = __LINE__ + 4;
+constexpr int kSyncwarpLine = __LINE__ + 4;
+__global__ void divergent_shuffle_kernel(int* out, int valid) {
+  int v = threadIdx.x;
+  if (int(threadIdx.x) < valid) v += __shfl_xor_sync(0xffffffffu, v, 1);
+  __syncwarp();
+  out[threadIdx.x] = v;
+}
+
+TEST(CheckedMode, ShuffleInADivergentBranchIsNamedWithBothLines) {
+  pa::DeviceBuffer<int> out(32);
+  const std::string msg = error_of(
+      [&] { pa::launch(divergent_shuffle_kernel, dim3(1), dim3(32), 0, nullptr, out.get(), 20); });
+  EXPECT_NE(msg.find("meet in different warp primitives"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(file_line(kShuffleLine)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(file_line(kSyncwarpLine)), std::string::npos) << msg;
+  // Every lane taking the branch is fine.
+  EXPECT_EQ(error_of([&] {
+              pa::launch(divergent_shuffle_kernel, dim3(1), dim3(32), 0, nullptr, out.get(), 32);
+            }),
+            "(no error)");
+}
+
+#if defined(PA_EMU_CHECK)
+
+// ---- A missing barrier on shared memory: warp 0 reads what other warps write.
+constexpr int kSharedWriteLine = __LINE__ + 6;
+constexpr int kSharedReadLine = __LINE__ + 7;
+template <bool kBarrier>
+__global__ void partial_sums_kernel(float* out) {
+  __shared__ float partial[4];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) partial[warp] = float(warp + 1);
+  if (kBarrier) __syncthreads();
+  if (threadIdx.x == 0) out[0] = partial[0] + partial[1] + partial[2] + partial[3];
+}
+
+TEST(CheckedMode, MissingBarrierIsARaceOnSharedMemoryWithBothLines) {
+  pa::DeviceBuffer<float> out(1);
+  const std::string msg = error_of(
+      [&] { pa::launch(partial_sums_kernel<false>, dim3(1), dim3(128), 0, nullptr, out.get()); });
+  EXPECT_NE(msg.find("emulator racecheck: data race on __shared__ memory"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(file_line(kSharedWriteLine)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(file_line(kSharedReadLine)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("block (0,0,0), thread ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("before the block's first __syncthreads"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] {
+              pa::launch(partial_sums_kernel<true>, dim3(1), dim3(128), 0, nullptr, out.get());
+            }),
+            "(no error)");
+}
+
+// ---- Lanes of one warp exchange through shared memory: __syncwarp orders them.
+template <bool kSyncwarp>
+__global__ void warp_rotate_kernel(int* out) {
+  __shared__ int slot[32];
+  const int lane = threadIdx.x;
+  slot[lane] = lane * 10;
+  if (kSyncwarp) __syncwarp();
+  out[lane] = slot[(lane + 1) % 32];
+}
+
+TEST(CheckedMode, LanesOfAWarpNeedSyncwarp) {
+  pa::DeviceBuffer<int> out(32);
+  const std::string msg = error_of(
+      [&] { pa::launch(warp_rotate_kernel<false>, dim3(1), dim3(32), 0, nullptr, out.get()); });
+  EXPECT_NE(msg.find("data race on __shared__ memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("__syncwarp()"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] {
+              pa::launch(warp_rotate_kernel<true>, dim3(1), dim3(32), 0, nullptr, out.get());
+            }),
+            "(no error)");
+}
+
+// ---- Blocks writing one global slot race; a ticket counter (atomics) orders them.
+constexpr int kGlobalWriteLine = __LINE__ + 2;
+__global__ void every_block_writes_kernel(int* out) {
+  if (threadIdx.x == 0) out[0] = int(blockIdx.x);
+}
+
+__global__ void last_block_sums_kernel(int* partial, unsigned* ticket, int* total) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = int(blockIdx.x) + 1;
+    __threadfence();
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    int sum = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) sum += partial[b];
+    *total = sum;
+  }
+}
+
+TEST(CheckedMode, BlocksWritingOneGlobalSlotRace) {
+  pa::DeviceBuffer<int> out(1);
+  const std::string msg = error_of(
+      [&] { pa::launch(every_block_writes_kernel, dim3(8), dim3(32), 0, nullptr, out.get()); });
+  EXPECT_NE(msg.find("data race on global memory (byte 0 of a 4-byte device allocation)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(file_line(kGlobalWriteLine)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("different blocks"), std::string::npos) << msg;
+}
+
+TEST(CheckedMode, ATicketCounterOrdersBlocks) {
+  pa::DeviceBuffer<int> partial(16), total(1);
+  pa::DeviceBuffer<unsigned> ticket(1);
+  ticket.fill_bytes(0);
+  EXPECT_EQ(error_of([&] {
+              pa::launch(last_block_sums_kernel, dim3(16), dim3(64), 0, nullptr, partial.get(),
+                         ticket.get(), total.get());
+            }),
+            "(no error)");
+  EXPECT_EQ(total.download()[0], 16 * 17 / 2);
+}
+
+// ---- Reading one element past the end of a device allocation, or of dynamic shared
+// memory, faults at once and names the buffer, the distance and the line.
+constexpr int kOverrunLine = __LINE__ + 2;
+__global__ void read_past_end_kernel(const float* in, float* out, int n) {
+  out[threadIdx.x] = in[threadIdx.x + n - 31];  // thread 31 reads in[n]
+}
+
+TEST(CheckedMode, ReadPastTheEndOfADeviceAllocationIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto overrun = [] {
+    pa::DeviceBuffer<float> in(64), out(32);
+    pa::launch(read_past_end_kernel, dim3(1), dim3(32), 0, nullptr, in.get(), out.get(), 64);
+  };
+  EXPECT_DEATH(
+      overrun(),
+      "emulator memcheck: out-of-bounds access to global memory: 0 bytes past the end of a "
+      "256-byte device allocation(.|\n)*thread \\(31,0,0\\)(.|\n)*" +
+          file_line(kOverrunLine));
+}
+
+constexpr int kSharedOverrunLine = __LINE__ + 3;
+__global__ void shared_overrun_kernel(float* out) {
+  PA_DYNAMIC_SHARED(float, tile);
+  tile[threadIdx.x + 1] = 1.f;  // thread 31 writes tile[32], one past 32 floats
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x];
+}
+
+TEST(CheckedMode, WritePastDynamicSharedMemoryIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto overrun = [] {
+    pa::DeviceBuffer<float> out(32);
+    pa::launch(shared_overrun_kernel, dim3(1), dim3(32), 32 * sizeof(float), nullptr, out.get());
+  };
+  EXPECT_DEATH(
+      overrun(),
+      "emulator memcheck: out-of-bounds access to dynamic shared memory: byte 128 of a "
+      "block's 128 bytes, 0 bytes past the end(.|\n)*" +
+          file_line(kSharedOverrunLine));
+}
+
+#endif  // PA_EMU_CHECK
+
+}  // namespace
