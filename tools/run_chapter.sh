@@ -55,7 +55,7 @@ total=$(sed -nE 's/^\[=+\] ([0-9]+) tests? from .* ran.*/\1/p' "$log" | tail -n 
 passed=$(count PASSED) skipped=$(count SKIPPED)
 total=${total:-0} passed=${passed:-0} skipped=${skipped:-0}
 failed=$((total - passed - skipped))
-skip_note=$([ "$skipped" != 0 ] && echo ", $skipped skipped (they say why above)")
+skip_note=$([ "$skipped" != 0 ] && echo ", $skipped skipped")
 echo
 if [ "$status" = 0 ]; then
     if [ "$skipped" = 0 ]; then
@@ -73,7 +73,7 @@ else
         echo "   explains each exercise: make book."
     fi
 fi
-if [ "$flavor" = chapter ]; then
+if [ "$flavor" = chapter ] && [ -z "${PA_NO_PROGRESS:-}" ]; then
     python3 tools/progress.py "$build" || true
 fi
 exit "$status"
