@@ -4,8 +4,11 @@
 #   make tour               the tour: each finished chapter on a built-in workload
 #   make test-chapter-1     your code for chapter 1 (red until you finish the TODOs)
 #   make test-solution-1    the reference solution's tests for chapter 1
-#   make check-chapter-1    the same tests in checked mode: races, out-of-bounds accesses and
-#                           shuffle call sites named with their lines (CPU emulator only)
+#   make check-chapter-1    the same tests in checked mode: races, out-of-bounds accesses,
+#                           uninitialised shared reads and shuffle call sites, with their lines
+#   make hint-1             the next hint for chapter 1 (EXERCISE=2|all, LEVEL=2, RESET=1)
+#   make watch-1            re-run chapter 1's tests whenever chapters/01-*/ changes
+#   make progress           one line: which chapters pass, from the last test runs
 #   make test               everything CI checks
 #   make book | doctor | nvcc-check | skeletons
 #
@@ -23,11 +26,11 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CHAPTERS := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)))
 
 .PHONY: help setup configure check-configure build demo tour test test-chapter-% test-solution-% \
-        check-chapter-% check-solution-% book doctor \
-        nvcc-check skeletons check-skeletons clean
+        check-chapter-% check-solution-% book doctor nvcc-check skeletons check-skeletons clean \
+        hint-% watch-% progress
 
 help:
-	@sed -n '2,14p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,17p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 ifneq ($(SKIP_SETUP),1)
@@ -59,6 +62,18 @@ tour: configure
 # make test-chapter-1: the student's code, built from chapters/01-*.
 test-chapter-%: configure
 	@bash tools/run_chapter.sh $(BUILD) chapter $*
+
+# Hints, one tier at a time (tools/hint.py); nothing is built.
+hint-%:
+	@python3 tools/hint.py $* $(if $(EXERCISE),--exercise $(EXERCISE)) \
+	  $(if $(LEVEL),--level $(LEVEL)) $(if $(filter 1 yes,$(RESET)),--reset) \
+	  $(if $(filter 1 yes,$(LIST)),--list)
+
+watch-%: configure
+	@bash tools/watch_chapter.sh $(BUILD) $*
+
+progress:
+	@python3 tools/progress.py $(BUILD)
 
 test-solution-%: configure
 	@bash tools/run_chapter.sh $(BUILD) solution $*

@@ -17,6 +17,25 @@ becomes
     PA_TODO("ch01");
 
 If a region has no STUB lines, it becomes a single `// (your code here)` line.
+
+Contracts and tiered hints. The TODO comment above a region states the CONTRACT:
+what must hold when the code is right (inputs, outputs, invariants). It stays in
+chapters/. Hints go between the TODO block and BEGIN SOLUTION, one tier per
+`HINT(k):` line, numbered 1, 2, 3, ... from the gentlest to the full recipe:
+
+    // TODO(ch01): contract: what must hold (kept in chapters/)
+    // HINT(1): a nudge (stripped from chapters/)
+    //   a hint continues over the comment lines below it,
+    // HINT(2): the method
+    // HINT(3): the full recipe (the last tier gives everything but the code)
+    // BEGIN SOLUTION(ch01)
+
+HINT lines never reach chapters/; `make hint-N` (tools/hint.py) reads them from
+solutions/ through exercises() below, so there is no generated hints file to keep
+current. An exercise is one answer region: exercise k of chapter N is the k-th
+region of solutions/NN-*/, files in sorted order, regions in line order. It is
+an error for a HINT line to sit anywhere but in the comment block directly above
+a BEGIN SOLUTION, or for the tiers not to be numbered 1, 2, 3, ...
 mdBook anchor lines (ANCHOR: / ANCHOR_END:) inside a region are kept, so that
 the book can include the same anchor from a skeleton. Python, shell and CMake
 files use `#` instead of `//`.
@@ -87,7 +106,28 @@ def marker_patterns(c: str):
         # so extra spaces keep their meaning as relative indentation.
         "stub": re.compile(rf"^\s*{c}\s*STUB:(?: ?)(.*)$"),
         "anchor": re.compile(r"\bANCHOR(?:_END)?:"),
+        "hint": re.compile(rf"^\s*{c}\s*HINT\((\d+)\):(?: ?)(.*)$"),
+        "comment": re.compile(rf"^\s*{c}(.*)$"),
+        "todo": re.compile(r"\bTODO\(ch\d\d\)"),
     }
+
+
+@dataclass
+class Exercise:
+    """One answer region, as `make hint-N` shows it."""
+    file: str            # path relative to chapters/ (and solutions/)
+    line: int            # line of the TODO (or of the stub) in the chapter file
+    contract: str        # the TODO comment block, comment markers removed
+    hints: list          # the tiers, gentlest first; each a string
+    skeleton: str        # the TODO block and stub lines exactly as in chapters/
+
+
+def comment_text(lines: list[str], c: str) -> str:
+    """The text of comment lines without their markers, relative indents kept."""
+    bodies = [re.sub(rf"^\s*{re.escape(c)} ?", "", line) for line in lines]
+    rest = [b for b in bodies[1:] if b.strip()]
+    indent = min((len(b) - len(b.lstrip()) for b in rest), default=0)
+    return "\n".join([bodies[0].strip()] + [b[indent:].rstrip() for b in bodies[1:]])
 
 
 def transform(text: str, display: str, c: str) -> tuple[str, int]:
@@ -95,24 +135,62 @@ def transform(text: str, display: str, c: str) -> tuple[str, int]:
 
     `display` is the path used in error messages, `c` the comment prefix.
     """
+    new, exercises = parse(text, display, c)
+    return new, len(exercises)
+
+
+def parse(text: str, display: str, c: str) -> tuple[str, list[Exercise]]:
+    """The skeleton text of `text` and its exercises (one per answer region).
+
+    Exercise.file is left empty and Exercise.line counts lines of the returned
+    text (the caller adds the exercise-file header).
+    """
     pat = marker_patterns(c)
     lines = text.split("\n")  # a trailing newline leaves a final "" element
     out: list[str] = []
-    regions = 0
+    exercises: list[Exercise] = []
     region = None  # while inside a region: dict(line=, indent=, ...)
+    comments_from = 0  # index in `out` where the current run of comment lines starts
+    hints: list[list[str]] = []  # the HINT tiers above the next region, as lines
+    hint_line = 0  # line of the first of them
 
     for lineno, line in enumerate(lines, start=1):
         where = f"{display}:{lineno}"
         begin = pat["begin"].match(line)
+        hint = pat["hint"].match(line)
         if begin:
             if region is not None:
                 raise RegionError(
                     f"{where}: BEGIN SOLUTION inside the region opened at "
                     f"line {region['line']} (regions cannot nest)")
+            block = out[comments_from:]
+            todo = next((i for i, b in enumerate(block) if pat["todo"].search(b)), None)
+            contract = block[todo:] if todo is not None else []
             region = {"line": lineno, "indent": begin.group(1),
                       "stubs": [], "anchors_before": [], "anchors_after": [],
-                      "seen_code": False}
+                      "seen_code": False,
+                      "start": len(out) - len(contract),
+                      "contract": comment_text(contract, c) if contract else "",
+                      "hints": [re.sub(r"^HINT\(\d+\): ?", "", comment_text(h, c))
+                                for h in hints]}
+            hints = []
             continue
+        if hint and region is None:
+            number = int(hint.group(1))
+            if number != len(hints) + 1:
+                raise RegionError(f"{where}: HINT({number}) should be HINT({len(hints) + 1}) "
+                                  "(tiers are numbered 1, 2, 3, ...)")
+            if not hints:
+                hint_line = lineno
+            hints.append([line])
+            continue
+        if hints and region is None:
+            if pat["comment"].match(line) and not pat["end"].match(line) \
+                    and not pat["stub"].match(line):
+                hints[-1].append(line)  # a hint goes on over the comment lines below it
+                continue
+            raise RegionError(f"{display}:{hint_line}: HINT lines must sit directly "
+                              "above BEGIN SOLUTION (after the TODO that states the contract)")
         if pat["end"].match(line):
             if region is None:
                 raise RegionError(f"{where}: END SOLUTION without BEGIN SOLUTION")
@@ -122,8 +200,11 @@ def transform(text: str, display: str, c: str) -> tuple[str, int]:
             else:
                 out.append(region["indent"] + DEFAULT_STUB.format(c=c))
             out.extend(region["anchors_after"])
-            regions += 1
+            exercises.append(Exercise(
+                file="", line=region["start"] + 1, contract=region["contract"],
+                hints=region["hints"], skeleton="\n".join(out[region["start"]:])))
             region = None
+            comments_from = len(out)
             continue
         stub = pat["stub"].match(line)
         if region is None:
@@ -131,8 +212,13 @@ def transform(text: str, display: str, c: str) -> tuple[str, int]:
                 raise RegionError(f"{where}: STUB: line outside a "
                                   "BEGIN SOLUTION / END SOLUTION region")
             out.append(line)
+            if not pat["comment"].match(line):
+                comments_from = len(out)
             continue
         # Inside a region.
+        if hint:
+            raise RegionError(f"{where}: HINT line inside a BEGIN SOLUTION / END SOLUTION "
+                              "region (hints go above BEGIN SOLUTION)")
         if stub:
             body = stub.group(1).rstrip()
             region["stubs"].append(region["indent"] + body if body else "")
@@ -147,7 +233,10 @@ def transform(text: str, display: str, c: str) -> tuple[str, int]:
     if region is not None:
         raise RegionError(f"{display}:{region['line']}: BEGIN SOLUTION "
                           "without END SOLUTION")
-    return "\n".join(out), regions
+    if hints:
+        raise RegionError(f"{display}:{hint_line}: HINT lines must sit directly "
+                          "above BEGIN SOLUTION (after the TODO that states the contract)")
+    return "\n".join(out), exercises
 
 
 def add_header(text: str, rel: str, c: str) -> str:
@@ -239,6 +328,28 @@ def differs(path: Path, want: Output) -> bool:
     if path.read_bytes() != want.data:
         return True
     return bool(path.stat().st_mode & stat.S_IXUSR) != want.executable
+
+
+def exercises(root: Path, chapter: str) -> list[Exercise]:
+    """The exercises of chapter `chapter` ("04"), in order, read from solutions/."""
+    solutions = root / "solutions"
+    found: list[Exercise] = []
+    for name in select(chapter_names(solutions), chapter):
+        for src in walk_files(solutions / name):
+            c = comment_prefix(src)
+            if c is None:
+                continue
+            try:
+                text = src.read_text(encoding="utf-8").replace("\r\n", "\n")
+            except UnicodeDecodeError:
+                continue
+            rel = src.relative_to(solutions).as_posix()
+            _, regions = parse(text, f"solutions/{rel}", c)
+            for ex in regions:
+                ex.file = rel
+                ex.line += 1  # the exercise-file header comes first
+                found.append(ex)
+    return found
 
 
 def check(root: Path, chapter: str | None) -> int:

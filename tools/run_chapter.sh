@@ -13,7 +13,29 @@ slug=$(basename "$dir")
 target=test_ch${num}_${flavor}
 src=$([ "$flavor" = chapter ] && echo "chapters/$slug" || echo "solutions/$slug")
 
-echo "== Chapter $((10#$num)) ($slug): $([ "$flavor" = chapter ] && echo 'your code' || echo 'the reference solution') in $src"
+# The emulator's schedule: check it before anything runs, so that a typo is one clear
+# error, not every test failing under the "red is expected" banner.
+backend=$(basename "$build")
+schedule=${PA_EMU_SCHEDULE:-forward}
+if [ "$backend" != cuda ]; then
+    case "$schedule" in
+        forward|reverse|greedy|random) ;;
+        random:*[!0-9]*|random:) bad=1 ;;
+        random:*) ;;
+        *) bad=1 ;;
+    esac
+    if [ "${bad:-0}" = 1 ]; then
+        echo "PA_EMU_SCHEDULE=$schedule is not a schedule the emulator knows."
+        echo "Use one of: forward (the default), reverse, greedy, random, or random:SEED with SEED"
+        echo "a number, for example: PA_EMU_SCHEDULE=random:7 make test-chapter-$((10#$num))"
+        exit 2
+    fi
+    how="backend $backend, PA_EMU_SCHEDULE=$schedule"
+else
+    how="backend cuda"
+fi
+
+echo "== Chapter $((10#$num)) ($slug): $([ "$flavor" = chapter ] && echo 'your code' || echo 'the reference solution') in $src [$how]"
 if [ "$flavor" = chapter ]; then
     echo "   Red is expected until you finish the TODO($(echo "ch$num")) exercises; each failure says what is missing."
 fi
@@ -26,20 +48,32 @@ fi
 log="$build/$target.log"
 "$build/$target" --gtest_brief=1 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# GoogleTest's closing summary: "[==========] N tests ... ran", "[  PASSED  ] P tests." and
+# "[  SKIPPED ] S tests." (--gtest_brief leaves out the FAILED count: it is the rest).
+count() { sed -nE "s/^\[  $1 *\] ([0-9]+) tests?[.,].*/\1/p" "$log" | tail -n 1; }
 total=$(sed -nE 's/^\[=+\] ([0-9]+) tests? from .* ran.*/\1/p' "$log" | tail -n 1)
-failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log" || true)
-total=${total:-0}
-passed=$((total - failed))
+passed=$(count PASSED) skipped=$(count SKIPPED)
+total=${total:-0} passed=${passed:-0} skipped=${skipped:-0}
+failed=$((total - passed - skipped))
+skip_note=$([ "$skipped" != 0 ] && echo ", $skipped skipped")
 echo
 if [ "$status" = 0 ]; then
-    echo "== Chapter $((10#$num)): all $total tests pass. $([ "$flavor" = chapter ] && echo 'Well done: on to the next chapter!')"
+    if [ "$skipped" = 0 ]; then
+        echo "== Chapter $((10#$num)): all $total tests pass. $([ "$flavor" = chapter ] && echo 'Well done: on to the next chapter!')"
+    else
+        echo "== Chapter $((10#$num)): $passed of $total tests pass$skip_note, none fail."
+    fi
 else
-    echo "== Chapter $((10#$num)): $passed of $total tests pass, $failed fail.$([ "$flavor" = chapter ] && echo ' (Red is expected until the exercises are done.)')"
+    echo "== Chapter $((10#$num)): $passed of $total tests pass, $failed fail$skip_note.$([ "$flavor" = chapter ] && echo ' (Red is expected until the exercises are done.)')"
     [ "$total" = 0 ] && echo "   No test ran: the test program crashed or was interrupted (log: $log)."
     if [ "$flavor" = chapter ]; then
         echo "   Your exercises (TODO(ch$num) markers):"
         grep -n "TODO(ch$num)" "$src"/* | sed 's/^/     /; s/:[[:space:]]*\/\/ */: /'
-        echo "   The book's chapter page explains each one: make book."
+        echo "   Stuck? make hint-$((10#$num)) shows a hint, one level at a time. The book's chapter page"
+        echo "   explains each exercise: make book."
     fi
+fi
+if [ "$flavor" = chapter ] && [ -z "${PA_NO_PROGRESS:-}" ]; then
+    python3 tools/progress.py "$build" || true
 fi
 exit "$status"

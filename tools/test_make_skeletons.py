@@ -223,3 +223,105 @@ def test_output_is_deterministic_and_unchanged_files_are_not_rewritten(tmp_path)
     assert "0 written" in r.stdout
     assert out.read_bytes() == first
     assert out.stat().st_mtime == 1_000_000
+
+
+# --- contracts and tiered hints -------------------------------------------------------
+
+sys.path.insert(0, str(SCRIPT.parent))
+import make_skeletons  # noqa: E402
+
+HINTED = """
+    int answer() {
+        // TODO(ch01): returns 42.
+        //   (the contract goes on)
+        // HINT(1): a product.
+        // HINT(2): six times seven,
+        //   in one line.
+        // BEGIN SOLUTION
+        // STUB: PA_TODO("ch01");
+        return 6 * 7;
+        // END SOLUTION
+    }
+    """
+
+
+def test_hint_lines_are_stripped_from_the_chapter(tmp_path):
+    write(tmp_path, "solutions/01-a/k.cu", HINTED)
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert read(tmp_path, "chapters/01-a/k.cu") == HEADER.format("01-a/k.cu") + "\n" + textwrap.dedent("""
+        int answer() {
+            // TODO(ch01): returns 42.
+            //   (the contract goes on)
+            PA_TODO("ch01");
+        }
+        """).lstrip("\n")
+
+
+def test_exercises_carry_contract_hints_and_chapter_line(tmp_path):
+    write(tmp_path, "solutions/01-a/k.cu", HINTED)
+    write(tmp_path, "solutions/01-a/j.cu", "// TODO(ch01): first.\n// BEGIN SOLUTION\nx;\n// END SOLUTION\n")
+    assert run(tmp_path).returncode == 0
+    exs = make_skeletons.exercises(tmp_path, "01")
+    assert [e.file for e in exs] == ["01-a/j.cu", "01-a/k.cu"]  # sorted files, then lines
+    j, k = exs
+    assert j.hints == [] and j.contract == "TODO(ch01): first."
+    assert k.contract == "TODO(ch01): returns 42.\n(the contract goes on)"
+    assert k.hints == ["a product.", "six times seven,\nin one line."]
+    lines = read(tmp_path, "chapters/01-a/k.cu").split("\n")
+    assert lines[k.line - 1].strip() == "// TODO(ch01): returns 42."
+    assert k.skeleton in read(tmp_path, "chapters/01-a/k.cu")
+
+
+def test_hint_numbering_and_placement_are_checked(tmp_path):
+    check_error(tmp_path, "// TODO(ch01): x\n// HINT(2): skipped one\n// BEGIN SOLUTION\n"
+                "// END SOLUTION\n", "solutions/01-a/bad.cu:2: HINT(2) should be HINT(1)")
+    check_error(tmp_path, "// HINT(1): far away\nint a;\n// BEGIN SOLUTION\n// END SOLUTION\n",
+                "solutions/01-a/bad.cu:1: HINT lines must sit directly above BEGIN SOLUTION")
+    check_error(tmp_path, "// BEGIN SOLUTION\n// HINT(1): inside\n// END SOLUTION\n",
+                "solutions/01-a/bad.cu:2: HINT line inside")
+    check_error(tmp_path, "int a;\n// HINT(1): at the end\n", "solutions/01-a/bad.cu:2:")
+
+
+def test_every_exercise_of_the_course_has_a_contract_and_tiers():
+    root = SCRIPT.parent.parent
+    for name in make_skeletons.chapter_names(root / "solutions"):
+        for ex in make_skeletons.exercises(root, name[:2]):
+            where = f"solutions/{ex.file}:{ex.line}"
+            assert ex.contract.startswith(f"TODO(ch{name[:2]}):"), where
+            assert 2 <= len(ex.hints) <= 4, where
+            assert all(h.strip() for h in ex.hints), where
+
+
+HINT_SCRIPT = SCRIPT.parent / "hint.py"
+
+
+def hint(root, *args):
+    return subprocess.run([sys.executable, str(HINT_SCRIPT), "--root", str(root), *args],
+                          capture_output=True, text=True)
+
+
+def test_hint_reveals_one_tier_per_call_and_moves_on_when_edited(tmp_path):
+    write(tmp_path, "solutions/01-a/k.cu", HINTED)
+    write(tmp_path, "solutions/01-a/l.cu", "// TODO(ch01): second.\n// HINT(1): only.\n"
+          "// BEGIN SOLUTION\nx;\n// END SOLUTION\n")
+    assert run(tmp_path).returncode == 0
+    r = hint(tmp_path, "1")
+    assert r.returncode == 0, r.stderr
+    assert "exercise 1 of 2" in r.stdout and "Hint 1 of 2" in r.stdout
+    assert "Hint 2 of 2" not in r.stdout and "returns 42." in r.stdout
+    r = hint(tmp_path, "1")
+    assert "Hint 2 of 2" in r.stdout and "six times seven," in r.stdout
+    r = hint(tmp_path, "1")
+    assert "No more tiers" in r.stdout
+    # Once exercise 1 is edited, the next call is about exercise 2.
+    path = tmp_path / "chapters/01-a/k.cu"
+    path.write_text(path.read_text().replace('PA_TODO("ch01");', "return 42;"))
+    r = hint(tmp_path, "1")
+    assert "exercise 2 of 2" in r.stdout and "only." in r.stdout
+    r = hint(tmp_path, "1", "--exercise", "1", "--level", "1")
+    assert "(edited)" in r.stdout and "Hint 1 of 2" in r.stdout and "Hint 2" not in r.stdout
+    assert hint(tmp_path, "1", "--reset").returncode == 0
+    assert "hints seen 0 of 2" in hint(tmp_path, "1", "--list").stdout
+    assert hint(tmp_path, "1", "--exercise", "3").returncode == 2
+    assert hint(tmp_path, "7").returncode == 2

@@ -16,11 +16,10 @@ __global__ void append_kv_kernel(T* k_cache, T* v_cache, const T* k_new, const T
   const int pos = positions[seq];
   if (pos < 0 || pos >= s.max_seq_len) return;  // padding row (or a bad position)
   const int64_t token_elems = int64_t(s.num_kv_heads) * s.head_size;
-  // TODO(ch01): copy k_new[seq, :, :] and v_new[seq, :, :] (token_elems values each)
-  //   into slot `pos` of sequence `seq`. The cache is [num_seqs, max_seq_len, Hkv, D]:
-  //   slot (seq, pos) starts at element (seq * max_seq_len + pos) * token_elems.
-  //   Compute offsets in 64 bits: a large cache has more than 2^31 elements.
-  //   Let the block's threads stride over the token_elems values.
+  // TODO(ch01): after the kernel, slot `pos` of sequence `seq` in k_cache and v_cache
+  //   ([num_seqs, max_seq_len, Hkv, D]) holds k_new[seq] and v_new[seq] (token_elems = Hkv *
+  //   D values each), and nothing else in the caches has changed. It must stay correct for
+  //   caches of more than 2^31 elements.
   // (your code here)
 }
 // ANCHOR_END: append_kernel

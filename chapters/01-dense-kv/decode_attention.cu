@@ -52,13 +52,11 @@ __global__ void dense_decode_kernel(T* out, const T* q, const T* k_cache, const 
 
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kPerLane * 32];
-  // TODO(ch01): the online softmax. For each token t = warp, warp + kWarps, ... < len:
-  //   1. score = q . k_t: each lane multiplies its elements, then warp_sum().
-  //   2. m_new = max(m, score); rescale l and acc by exp(m - m_new);
-  //      add p = exp(score - m_new) to l and p * v_t to acc; m = m_new.
-  //   Then merge the warps: write m, l, acc to s_m, s_l, s_acc; __syncthreads();
-  //   warp 0 computes M = max of s_m, L = sum of s_l[w] * exp(s_m[w] - M) and
-  //   out = sum of s_acc[w] * exp(s_m[w] - M) / L. (A warp with no tokens has m = -inf.)
+  // TODO(ch01): o[d] (d < D) = sum over tokens t < len of softmax_t(q . k_t) * v_t[d], with
+  //   k_t, v_t this sequence's slot t for our KV head (q_reg already holds q * scale: lane l
+  //   keeps elements l, l + 32, ...). All four warps share the tokens; their partial results
+  //   are merged through s_m, s_l and s_acc, and warp 0 writes o. Slots t >= len are never
+  //   read (they may hold NaN).
   // (your code here)
 }
 // ANCHOR_END: decode_kernel

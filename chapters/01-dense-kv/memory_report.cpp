@@ -16,11 +16,10 @@ MemoryReport dense_memory_report(const std::vector<Request>& trace, const KVConf
                                                      << cfg.max_seq_len);
   const int64_t per_token = cfg.bytes_per_token();
   const int64_t n = static_cast<int64_t>(trace.size());
-  // TODO(ch01): fill in the report (see MemoryReport in include/pa/ch01_dense.h).
-  //   A dense cache reserves max_seq_len slots for every request; a request uses only
-  //   prompt_len + output_len of them. For ideal_seqs_in_budget, divide the budget by
-  //   the mean tokens per request times per_token, in integers:
-  //   (budget * n) / (total_tokens * per_token), rounded down.
+  // TODO(ch01): return the MemoryReport of include/pa/ch01_dense.h for this trace, each field
+  //   as its comment there defines it (bytes_per_token is per_token; n is the number of
+  //   requests). Integer fields are exact and rounded down, and nothing overflows, even for a
+  //   huge budget_bytes.
   PA_TODO("ch01");
 }
 

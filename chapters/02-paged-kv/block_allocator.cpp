@@ -19,18 +19,22 @@ bool BlockAllocator::is_allocated(int block) const {
 
 // ANCHOR: allocate
 int BlockAllocator::allocate() {
-  // TODO(ch02): pop a block id off the free list (the back of free_), mark it allocated
-  //   and update high_water_. With no free block, throw OutOfBlocks with a message that
-  //   says how many blocks the pool has.
+  // TODO(ch02): allocate() returns a block id in [0, num_blocks) that was free and marks it
+  //   allocated: num_used() grows by one and high_water() is the largest num_used() ever
+  //   reached. The id is the back of free_ (a fresh allocator hands out 0, 1, 2, ...; a block
+  //   just freed comes back first). With no free block it throws OutOfBlocks, changing
+  //   nothing, with a message that contains "all N blocks are in use" (N = num_blocks()).
+  //   O(1).
   PA_TODO("ch02");
 }
 // ANCHOR_END: allocate
 
 // ANCHOR: free
 void BlockAllocator::free(int block) {
-  // TODO(ch02): return `block` to the free list. Refuse, with a pa::Error naming the
-  //   block, an id outside [0, num_blocks) and a block that is not allocated (a double
-  //   free): either would hand one block to two sequences later.
+  // TODO(ch02): free(block) makes an allocated block free again (the next allocate() returns
+  //   it). It refuses, with a pa::Error and no change, an id outside [0, num_blocks), whose
+  //   message contains "unknown block B", and a block that is not allocated (a double free),
+  //   whose message contains "double free of block B" (B the id). O(1).
   PA_TODO("ch02");
 }
 // ANCHOR_END: free

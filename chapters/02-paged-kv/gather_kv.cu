@@ -33,14 +33,12 @@ __global__ void gather_kv_kernel(const T* k_pool, const T* v_pool, const int* bl
   // Dense element (seq, t, head, d) is at ((seq * max_seq_len + t) * H + head) * D + d.
   const int64_t dense = (int64_t(seq) * max_seq_len + first) * H * D + int64_t(head) * D;
   PA_DYNAMIC_SHARED(T, tile);  // D * (bs + 1) elements
-  // TODO(ch02): copy `tokens` tokens of this (block, head) into the dense arrays.
-  //   K: the region is [chunks][bs][x]. Stage it in `tile` (uint4 loads), __syncthreads(),
-  //      then token o's chunk c (16 bytes at tile + (c * bs + o) * x) goes to
-  //      k_dense + dense + o * H * D + c * x. Let c vary fastest across threads.
-  //   V: the region is [D][bs]; token o's element d is region[d * bs + o]. Stage it with
-  //      rows padded to bs + 1 elements (tile[d * (bs + 1) + o]), __syncthreads(), then
-  //      assemble x elements d = c*x .. c*x + x - 1 of token o and store them as one uint4.
-  //   __syncthreads() between reusing the tile for K and for V.
+  // TODO(ch02): for each of the block's first `tokens` tokens o and every d < D,
+  //   k_dense[dense + o * H * D + d] is element d of token o's K for this head in k_pool
+  //   ([num_blocks][H][D/x][bs][x]), and v_dense likewise from v_pool
+  //   ([num_blocks][H][D][bs]). Nothing is written for o >= tokens. The block's 128 threads
+  //   move the data through the shared tile `tile` (D * (bs + 1) elements), so that their
+  //   global loads and stores are 16-byte (uint4) and coalesced.
   // (your code here)
 }
 // ANCHOR_END: gather_kernel

@@ -22,12 +22,12 @@ __global__ void reshape_and_cache_kernel(const T* k, const T* v, T* k_pool, T* v
   const int D = s.head_size, chunks = D / x;
   const T* k_src = k + token * s.num_kv_heads * D;
   const T* v_src = v + token * s.num_kv_heads * D;
-  // TODO(ch02): copy the token into the pools.
-  //   K: for each (head, chunk c) pair, copy the 16 bytes k_src[head * D + c * x ...] to
-  //      k_pool element (((block * Hkv + head) * chunks + c) * block_size + offset) * x
-  //      (use a uint4 load and store: a chunk is exactly 16 bytes).
-  //   V: for each (head, d), v_pool[((block * Hkv + head) * D + d) * block_size + offset].
-  //   Let the block's threads stride over the work; keep every offset in 64 bits.
+  // TODO(ch02): the token of this thread block (its slot = slot_mapping[token] >= 0) is
+  //   stored at block = slot / block_size, offset = slot % block_size: for every KV head and
+  //   d < D, K element (block, head, d, offset) = k_src[head * D + d] and V alike, in the
+  //   pool layouts k_pool [num_blocks][Hkv][D/x][block_size][x] and v_pool
+  //   [num_blocks][Hkv][D][block_size] (d = c * x + j for K). No other slot changes. Offsets
+  //   are 64-bit.
   // (your code here)
 }
 // ANCHOR_END: reshape_kernel

@@ -37,13 +37,12 @@ int BlockManager::length(int seq_id) const {
 std::vector<int64_t> BlockManager::append_slots(int seq_id, int n) {
   Sequence& seq = find(seq_id, "append_slots");
   PA_REQUIRE(n >= 0, "append_slots: negative token count " << n << " for sequence " << seq_id);
-  // TODO(ch03): make room for n tokens at positions length .. length + n - 1.
-  //   1. Blocks needed in all: ceil((length + n) / block_size). If the allocator has fewer
-  //      free blocks than the new ones needed, throw ch02::OutOfBlocks BEFORE allocating
-  //      any (a failed call must change nothing).
-  //   2. Allocate the missing blocks in order, appending them to seq.blocks.
-  //   3. Position p lives in slot blocks[p / block_size] * block_size + p % block_size;
-  //      return the n slots (64-bit) and add n to the length.
+  // TODO(ch03): append_slots(seq_id, n) makes room for n more tokens and returns their n
+  //   slots, in order: position p (length <= p < length + n) lives in slot blocks[p /
+  //   block_size] * block_size + p % block_size (64-bit). The block list grows by exactly the
+  //   blocks needed to hold length + n tokens, allocated in order; the length grows by n. If
+  //   the pool cannot supply them, throw ch02::OutOfBlocks and change nothing (no block
+  //   taken, length unchanged). n = 0 is allowed.
   PA_TODO("ch03");
 }
 // ANCHOR_END: append_slots
@@ -51,9 +50,10 @@ std::vector<int64_t> BlockManager::append_slots(int seq_id, int n) {
 // ANCHOR: release
 void BlockManager::release(int seq_id) {
   Sequence& seq = find(seq_id, "release");
-  // TODO(ch03): free every block of the sequence, in list order (first block first: the
-  //   order is part of the spec, the reference model frees the same way), then erase the
-  //   sequence from seqs_.
+  // TODO(ch03): release(seq_id) gives every block of the sequence back to the allocator,
+  //   first block first (the reference model frees in the same order, and the order decides
+  //   which blocks later allocations get), and forgets the sequence (has_sequence(seq_id)
+  //   becomes false).
   PA_TODO("ch03");
 }
 // ANCHOR_END: release

@@ -11,9 +11,10 @@ PagedMemoryReport paged_memory_report(const std::vector<Request>& trace, const K
   PA_REQUIRE(budget_bytes > 0, "paged_memory_report: budget_bytes must be positive");
   const int64_t per_token = cfg.bytes_per_token();
   const int64_t n = int64_t(trace.size());
-  // TODO(ch03): a request of t tokens holds ceil(t / block_size) blocks. Fill the report
-  //   as its comments in include/pa/ch03_block_table.h say, in exact integers (use a
-  //   128-bit product for budget * n).
+  // TODO(ch03): return the PagedMemoryReport of include/pa/ch03_block_table.h, each field as
+  //   its comment there defines it (t = r.total() of each request, bs = block_size,
+  //   bytes_per_token = per_token, n = the number of requests). Integer fields are exact and
+  //   rounded down, and nothing overflows, even for a huge budget_bytes.
   PA_TODO("ch03");
 }
 

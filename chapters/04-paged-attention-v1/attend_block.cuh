@@ -40,18 +40,12 @@ __device__ void attend_kv_block(const T* __restrict__ k_blk, const T* __restrict
   const int lane = threadIdx.x % 32;
   const int o = lane / G, g = lane % G;  // token of the block, lane within its group
 
-  // TODO(ch04): 1. The score of token o: the lanes of its group split its kChunks chunks
-  //   (chunk c is the 16 bytes at k_blk + (c * BS + o) * x: load it as one uint4), dot
-  //   them with q_s, then add the group's partial sums with __shfl_xor_sync over offsets
-  //   G/2, ..., 1. Tokens o >= valid get score -INFINITY.
-  //   2. Online softmax over the block: the block's max over the warp, m_new = max(st.m,
-  //   block max), p = exp(score - m_new) (0 for o >= valid), rescale st.l and st.acc by
-  //   exp(st.m - m_new), add the sum of p over the tokens (count each token once: only
-  //   lane g == 0 of a group contributes). Write p to p_s[o] for the V step; __syncwarp().
-  //   3. V: lane owns rows d = lane + 32 r; row d of the block is BS contiguous values at
-  //   v_blk + d * BS (load x at a time as uint4); add p_s[t] * v for t < valid only
-  //   (0 * NaN is NaN: unused slots must be skipped, not multiplied by zero).
-  //   Finish with __syncwarp() so that p_s may be overwritten by the next block.
+  // TODO(ch04): one warp (all 32 lanes call this together) adds the block's `valid` tokens
+  //   (1..BS) to its online softmax: afterwards st.m = the max of the old st.m and the
+  //   block's scores q_s . k_t, st.l = the sum of exp(score - st.m) over every token seen so
+  //   far, and st.acc[r] = the sum of exp(score - st.m) * v_t[d] for row d = lane + 32 r.
+  //   Tokens >= valid add nothing, even when their slots hold NaN. p_s (BS floats) is
+  //   scratch, and is free again for the next call when the function returns.
   // (your code here)
 }
 // ANCHOR_END: attend_block

@@ -34,11 +34,10 @@ paged_attention_v1_kernel(T* out, const T* q, const T* k_pool, const T* v_pool,
   for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
   const int num_logical = (len + BS - 1) / BS;
   const int* table = block_table + int64_t(seq) * s.max_blocks_per_seq;
-  // TODO(ch04): warp w takes logical blocks w, w + kWarps, ... < num_logical. For each,
-  //   look up the physical block in `table`, find this KV head's K and V in it (a physical
-  //   block holds Hkv * D * BS elements in each pool, head after head; compute the offset
-  //   in 64 bits: block ids times that stride pass 2^31 in a large pool), and call
-  //   attend_kv_block with valid = the block's tokens below len.
+  // TODO(ch04): every logical block b < num_logical of the sequence is attended exactly once,
+  //   by one warp, through attend_kv_block: with this KV head's K and V in physical block
+  //   table[b] and valid = the number of the sequence's tokens in it (BS, or fewer in the
+  //   last block). Offsets are 64-bit. (merge_warps, below, combines the warps' states.)
   // (your code here)
 
   merge_warps(st);

@@ -42,11 +42,12 @@ paged_attention_v2_kernel(float* max_logits, float* exp_sums, float* partial_out
   for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
   const int* table = block_table + int64_t(seq) * s.max_blocks_per_seq;
   const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
-  // TODO(ch05): walk only this partition's logical blocks: from part * kBlocksPerPartition
-  //   up to (but excluding) the next partition's first block or the sequence's last block,
-  //   warp w taking every kWarps-th as in v1. Then merge_warps(st) and let warp 0 write
-  //   st.m, st.l and the normalised st.acc rows to max_logits, exp_sums and partial_out
-  //   (partial_out row (seq, head, part) has D floats) at partition_index(...).
+  // TODO(ch05): the thread block of partition `part` attends over this partition's tokens
+  //   only, [part * kPartitionSize, min(len, (part + 1) * kPartitionSize)), each logical
+  //   block once, as v1 does; then, at i = partition_index(seq, head, part, num_q_heads,
+  //   max_partitions), it records max_logits[i] = the partition's max score, exp_sums[i] =
+  //   its sum of exp(score - max), and partial_out[i * D + d] = its softmax-weighted V,
+  //   already divided by exp_sums[i].
   // (your code here)
 }
 // ANCHOR_END: v2_kernel

@@ -26,9 +26,11 @@ __device__ void attend_kv_block_fp8(const uint8_t* __restrict__ k_blk,
   constexpr int kRowBytes = BS < 16 ? BS : 16;  // V: one load covers this many tokens
   const int lane = threadIdx.x % 32;
   const int o = lane / G, g = lane % G;
-  // TODO(ch06): chapter 4's three steps (score, online softmax, V), converting with
-  //   e4m3x16_to_float (K chunks; V loads of 16 tokens) and e4m3x8_to_float (V rows of
-  //   8 tokens when BS = 8). Skip tokens >= valid in V: their bytes may be NaN.
+  // TODO(ch06): what ch04::attend_kv_block does, on an e4m3 cache: st takes in the block's
+  //   `valid` tokens (online softmax: st.m, st.l, st.acc rows lane + 32 r), and tokens >=
+  //   valid add nothing, even when their bytes decode to NaN. The scales are already folded
+  //   in (q_s holds q * scale * k_scale; the caller applies v_scale): convert and compute,
+  //   nothing more. A K chunk is 16 one-byte elements (kFp8X); a V row is BS bytes.
   // (your code here)
 }
 // ANCHOR_END: attend_block_fp8

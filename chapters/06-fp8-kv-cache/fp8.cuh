@@ -13,17 +13,18 @@ namespace pa::ch06 {
 // and there is no infinity, so out-of-range values (infinities too) become +-448; NaN
 // stays NaN. The division is done in fp32, as the reference does it.
 __host__ __device__ inline uint8_t quantize_e4m3(float x, float scale) {
-  // TODO(ch06): one call of the toolkit's __nv_cvt_float_to_fp8, with __NV_SATFINITE and
-  //   __NV_E4M3.
+  // TODO(ch06): return the e4m3 byte of x / scale (divided in fp32), rounded to nearest even
+  //   and saturated: out-of-range values and infinities become +-448, NaN stays NaN.
+  //   Bit-exact with the reference (ml_dtypes float8_e4m3fn with saturation), on the host and
+  //   on the device.
   return 0;
 }
 
 // Sixteen e4m3 bytes (one 16-byte load) to sixteen floats. Pairs convert together: on
 // sm_89 and later one instruction turns two e4m3 bytes into two halves.
 __host__ __device__ inline void e4m3x16_to_float(const uint4& raw, float* out) {
-  // TODO(ch06): view raw as 8 __nv_fp8x2_storage_t pairs (element 2i in the low byte),
-  //   convert each with __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3), then
-  //   __half22float2(__half2(...)) gives out[2i] and out[2i + 1].
+  // TODO(ch06): out[i] = the value of byte i of raw as an e4m3 number (byte 0 is the
+  //   lowest-addressed), for i < 16, exactly (every e4m3 value is a float; NaN stays NaN).
   // (your code here)
 }
 // ANCHOR_END: fp8_convert

@@ -16,8 +16,9 @@ __global__ void copy_blocks_kernel(T* const* k_pools, T* const* v_pools, const i
   T* k = k_pools[blockIdx.y];
   T* v = v_pools[blockIdx.y];
   const int64_t vecs = block_elems * int64_t(sizeof(T)) / 16;
-  // TODO(ch07): copy block c.x to block c.y in k and in v, as uint4 vectors (vecs of them
-  //   per block), the block's threads striding over them. Offsets in 64 bits.
+  // TODO(ch07): for this (copy, layer) thread block: block c.y of k and of v becomes equal to
+  //   block c.x (block_elems elements each), and nothing else changes. block_elems *
+  //   sizeof(T) is a multiple of 16, so the copy is `vecs` uint4 vectors. Offsets are 64-bit.
   // (your code here)
 }
 // ANCHOR_END: copy_kernel

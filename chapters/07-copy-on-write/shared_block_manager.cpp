@@ -43,8 +43,9 @@ std::vector<BlockCopy> SharedBlockManager::take_copies() {
 void SharedBlockManager::fork(int parent, int child) {
   const Sequence& p = find(parent, "fork");
   PA_REQUIRE(!has_sequence(child), "fork: sequence " << child << " already exists");
-  // TODO(ch07): the child starts as a copy of the parent's length and block list, and
-  //   becomes one more owner of every one of those blocks (no data is copied).
+  // TODO(ch07): after fork(parent, child), the child has the parent's length and the same
+  //   block list (the same physical blocks: no data is copied), and each of those blocks has
+  //   one more owner (refcount_[b] + 1). The parent is unchanged.
   PA_TODO("ch07");
 }
 // ANCHOR_END: fork
@@ -54,12 +55,13 @@ std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
   Sequence& seq = find(seq_id, "append_slots");
   PA_REQUIRE(n >= 0, "append_slots: negative token count " << n << " for sequence " << seq_id);
   const int bs = block_size_;
-  // TODO(ch07): chapter 3's append_slots, plus copy-on-write. If n > 0 and the tail block
-  //   is shared (refcount > 1) and not full (length % block_size != 0), the tail must be
-  //   copied before anything is written: allocate a block, record {old, new} in pending_,
-  //   drop one count of the old block, and put the new one (count 1) in its place. Count
-  //   the copy in the free-block check that comes first, so a failure changes nothing.
-  //   New blocks start with count 1. A shared tail that is full is left alone.
+  // TODO(ch07): chapter 3's append_slots (n slots for positions length .. length + n - 1,
+  //   blocks added as needed, OutOfBlocks changes nothing), plus copy-on-write: no returned
+  //   slot may lie in a block that another sequence still holds. A tail block that is shared
+  //   (refcount > 1) and partly filled is replaced by a fresh block (count 1), the old one
+  //   loses one count, and {old, new} goes to pending_ (take_copies() hands it to whoever
+  //   copies the data). New blocks start with count 1. The free-block check counts the copy's
+  //   block too.
   PA_TODO("ch07");
 }
 // ANCHOR_END: append_slots
@@ -67,8 +69,9 @@ std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
 // ANCHOR: release
 void SharedBlockManager::release(int seq_id) {
   Sequence& seq = find(seq_id, "release");
-  // TODO(ch07): drop one count of each block, in list order; free a block (chapter 2's
-  //   allocator) when its count reaches zero. Then forget the sequence.
+  // TODO(ch07): release(seq_id) drops the sequence's ownership of each of its blocks, in list
+  //   order: a block whose count reaches zero goes back to the allocator (first block first);
+  //   a block another sequence still holds stays allocated. Then the sequence is forgotten.
   PA_TODO("ch07");
 }
 // ANCHOR_END: release

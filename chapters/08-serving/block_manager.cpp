@@ -75,10 +75,11 @@ std::vector<int> CachingBlockManager::match_prefix(const std::vector<int>& token
   if (!prefix_caching_) return hit;
   const int bs = block_size_;
   const int full = std::min(int(tokens.size()), max_tokens) / bs;  // whole blocks only
-  // TODO(ch08): walk the full blocks i = 0, 1, ... < full: h = block_hash(parent, tokens of
-  //   block i), with parent = kRootHash for block 0 and block i-1's hash after. Stop at
-  //   the first block whose hash is not in cached_, or whose cached entry (meta_) does not
-  //   hold the same parent hash and tokens (a collision). Otherwise append the block.
+  // TODO(ch08): hit = the physical blocks of the longest run of leading full blocks of
+  //   `tokens` (at most `full` blocks) that are already cached, in order. A cached block
+  //   matches only if its whole chain does: the same tokens and the same parent (the hash of
+  //   everything before it), so a hash collision never gives a hit. Nothing changes (the
+  //   function is const).
   // (your code here)
   return hit;
 }

@@ -83,17 +83,13 @@ void Engine::preempt(Seq& victim) {
   running_.pop_back();
   ++stats_.preemptions;
   const std::vector<int>& gpu = blocks_.block_list(victim.id);
-  // TODO(ch08): give the victim's blocks back, one of two ways.
-  //   swap (cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0, and the host
-  //   has a free block for each of its blocks): take host blocks from host_alloc_, copy
-  //   GPU block gpu[i] to host block i with swap_blocks (cudaMemcpyDeviceToHost, from
-  //   kv_.k_pools()/v_pools() to the data() of host_k_/host_v_), keep them in
-  //   victim.host_blocks, release the GPU blocks, state swapped, to the back of swapped_
-  //   (++stats_.swap_outs). Its num_computed stays: nothing is lost.
-  //   recompute (otherwise): release the blocks, num_computed = 0, state waiting, to the
-  //   FRONT of waiting_ (++stats_.recomputes). Its tokens (prompt and generated so far)
-  //   are computed again as one long prompt when it is readmitted.
-  //   Blocks shared with other sequences only lose one owner: release() does that.
+  // TODO(ch08): the victim (already off running_, its preemption counted) gives all its GPU
+  //   KV blocks back and waits to be resumed. Swap (cfg_.preemption == Preemption::swap,
+  //   cfg_.num_swap_blocks > 0, and a free host block for each of its blocks): its KV data
+  //   goes to host blocks, kept in victim.host_blocks in order; state swapped, at the back of
+  //   swapped_, ++stats_.swap_outs, num_computed unchanged. Otherwise recompute: num_computed
+  //   = 0, state waiting, at the FRONT of waiting_, ++stats_.recomputes. Blocks shared with
+  //   other sequences only lose one owner.
   (void)gpu;
   PA_TODO("ch08");
 }

@@ -36,14 +36,11 @@ prefill_attention_kernel(T* out, const T* q, const T* k_pool, const T* v_pool,
   st.m = -INFINITY;
   st.l = 0.f;
   for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
-  // TODO(ch08): 1. Find this token's sequence: the b with query_start_loc[b] <= token <
-  //   query_start_loc[b + 1] (a binary search; a sequence with no new tokens has an empty
-  //   range and is never the answer).
-  //   2. Its position: the sequence's n new tokens are its last n, so new token i sits at
-  //   pos = context_lens[b] - n + i. Causal: it sees positions 0 .. pos, len = pos + 1.
-  //   3. As chapter 4's v1 kernel, over len: warp w takes logical blocks w, w + kWarps, ...
-  //   of row b of block_table and calls ch04::attend_kv_block with valid = the block's
-  //   positions below len. (The chunk's own K/V are already in the pool.)
+  // TODO(ch08): for new token `token` and query head `head`, the warps' states st hold causal
+  //   attention over the token's own sequence: every position 0 .. pos (pos = the token's
+  //   position in its sequence) attended exactly once, through row b of block_table, and no
+  //   position beyond pos (those may hold later tokens of the chunk, or anything).
+  //   merge_warps, below, combines the warps.
   (void)kv_head;
   (void)p_s;
 

@@ -266,19 +266,11 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeArgs<T, C> a)
     constexpr int stages = kStages;
     C* ring = reinterpret_cast<C*>(region) + warp * stages * kSlot;
     // ids, lane j: the physical block of this warp's block 32 * w + j (w = i / 32)
-    // TODO(ch09): keep stages - 1 blocks in flight.
-    //   issue(i): when i % 32 == 0 and i > 0, refill ids with one load per lane (the table
-    //   entries of this warp's blocks i .. i + 31, 0 past count); take block i's id with
-    //   __shfl_sync from lane i % 32; if i < count, copy its K (kPieces 16-byte pieces at
-    //   k_pool + id * block_elems + head_offset) and its V into slot i % stages of the
-    //   ring (K first, V kPieces pieces later), lane p taking pieces p, p + 32, ... with
-    //   cp_async16. Then cp_async_commit() -- always, even with nothing copied, so that
-    //   the group count stays in step.
-    //   Issue blocks 0 .. stages - 2 first. Then for each block i: issue i + stages - 1,
-    //   cp_async_wait<stages - 1>() (block i has landed), __syncwarp() (so every
-    //   lane's copies are visible), and math.attend on slot i % stages (K, then V at + D * BS). The
-    //   attend ends with __syncwarp(), so the next issue may overwrite the slot just used.
-    //   End with cp_async_wait<0>().
+    // TODO(ch09): the same result as the kStages == 0 branch above: this warp attends its
+    //   blocks i = 0 .. count - 1 (logical block first + warp + i * kWarps) in order with
+    //   math.attend, but reads each block's K and V from its ring of `stages` slots in shared
+    //   memory, filled by cp.async stages - 1 blocks ahead. A slot is never overwritten while
+    //   it is read, and no copy is in flight when the branch ends.
     // (your code here)
     // ANCHOR_END: pipeline
   }

@@ -79,22 +79,12 @@ __device__ void attend_block_gqa(const C* __restrict__ k_blk, const C* __restric
   constexpr int kRows = GroupState<GQ, D>::kRows;
   const int lane = threadIdx.x % 32;
 
-  // TODO(ch09): 1. Scores. As in chapter 4, lanes form groups of LT = 32 / BS; group o
-  //   takes token o and its lanes split the token's kChunks 16-byte chunks (chunk c at
-  //   k_blk + (c * BS + o) * x; CacheElem<C>::widen16 turns one into x floats). The
-  //   difference: each chunk is dotted with all GQ queries (q_s + h * D), into GQ partial
-  //   sums, each summed over the group with __shfl_xor_sync. Lane g == 0 of the group
-  //   writes k_scale * score of head h to s_s[h * BS + o]; then __syncwarp().
-  //   2. Online softmax, one head per LH = 32 / GQ lanes: lane sub = lane % LH of head
-  //   lane / LH takes tokens t = sub, sub + LH, ... < valid. Max over the head's lanes
-  //   (xor offsets LH/2 .. 1), m_new, correction = exp(st.m - m_new), p = exp(s - m_new)
-  //   written back over the score (0 for t >= valid), the sum of p, then st.l and st.m.
-  //   __syncwarp().
-  //   3. V. Every lane needs every head's correction: __shfl_sync it from lane h * LH.
-  //   Lane takes rows d = lane + 32 r < D; row d is BS values at v_blk + d * BS
-  //   (load_v_row). Zero the values of tokens t >= valid (0 * NaN is NaN), then for every
-  //   head acc[h][r] = acc[h][r] * correction[h] + sum_t s_s[h * BS + t] * v[t].
-  //   Finish with __syncwarp() so that s_s may be overwritten by the next block.
+  // TODO(ch09): chapter 4's attend_kv_block for the GQ query heads that share this KV head,
+  //   reading each K chunk and V row once for all of them: afterwards head h's lanes (lane /
+  //   LH == h) hold its st.m and st.l, and every lane holds st.acc[h][r] (row lane + 32 r)
+  //   for every head, all updated with the block's `valid` tokens, scores multiplied by
+  //   k_scale. Tokens >= valid add nothing, even when NaN. s_s ([GQ][BS] floats) is scratch,
+  //   free again on return.
   // (your code here)
 }
 // ANCHOR_END: attend_block_gqa

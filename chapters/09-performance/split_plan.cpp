@@ -39,12 +39,12 @@ SplitPlan plan_splits(int work_units, int max_context_len, int block_size, int n
                  << block_size << ", num_sms " << num_sms << ", blocks_per_sm " << blocks_per_sm << ")");
   const int blocks = std::max(1, (max_context_len + block_size - 1) / block_size);
   constexpr int kMinBlocks = 8;  // per partition: two per warp
-  // TODO(ch09): a wave is num_sms * blocks_per_sm resident thread blocks. Take
-  //   splits = wave / work_units (at least 1), but no more than blocks / kMinBlocks so
-  //   that every partition keeps at least kMinBlocks KV blocks (two per warp: fewer and
-  //   the fixed cost of a partition -- loading q, merging, a partial result -- dominates).
-  //   Then partition_size = ceil(blocks / splits) blocks, in tokens; and recompute splits
-  //   from it (rounding can leave the last one empty).
+  // TODO(ch09): return {splits, partition_size}: partition_size (in tokens) is a whole number
+  //   of blocks, and `splits` partitions of it cover all `blocks` KV blocks with none empty.
+  //   splits is the number for which work_units * splits thread blocks (work_units =
+  //   sequences x KV-head groups) fill one wave of num_sms * blocks_per_sm resident blocks
+  //   (at least 1), but never so many that a partition has fewer than kMinBlocks blocks. The
+  //   tests check exact values: round as the hints say.
   PA_TODO("ch09");
 }
 // ANCHOR_END: plan_splits

@@ -51,7 +51,22 @@ __global__ void dense_decode_kernel(T* out, const T* q, const T* k_cache, const 
 
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kPerLane * 32];
-  // TODO(ch01): the online softmax. For each token t = warp, warp + kWarps, ... < len:
+  // TODO(ch01): o[d] (d < D) = sum over tokens t < len of softmax_t(q . k_t) * v_t[d], with
+  //   k_t, v_t this sequence's slot t for our KV head (q_reg already holds q * scale: lane l
+  //   keeps elements l, l + 32, ...). All four warps share the tokens; their partial results
+  //   are merged through s_m, s_l and s_acc, and warp 0 writes o. Slots t >= len are never
+  //   read (they may hold NaN).
+  // HINT(1): Do it in one pass with an online softmax (the comment at the top of the file):
+  //   each warp keeps a running max m, a running sum l of exp(score - m) and acc = sum of
+  //   exp(score - m) * v. When a larger score arrives, the old l and acc are rescaled by
+  //   exp(m_old - m_new). Merging the four warps at the end is the same rescaling once more.
+  // HINT(2): Warp w takes tokens t = w, w + kWarps, ... < len; k_t is k_seq + t *
+  //   token_stride (v_t alike). The score is a dot product split over the lanes: each lane
+  //   multiplies q_reg[i] by k_t[lane + 32 i] (for d < D), then warp_sum() gives every lane
+  //   the total. For the merge, M is the largest m of the warps, and warp w weighs exp(s_m[w]
+  //   - M). A warp that saw no token (len < kWarps) has m = -inf and l = 0: it must add
+  //   nothing.
+  // HINT(3): the online softmax. For each token t = warp, warp + kWarps, ... < len:
   //   1. score = q . k_t: each lane multiplies its elements, then warp_sum().
   //   2. m_new = max(m, score); rescale l and acc by exp(m - m_new);
   //      add p = exp(score - m_new) to l and p * v_t to acc; m = m_new.

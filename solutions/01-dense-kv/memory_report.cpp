@@ -15,7 +15,19 @@ MemoryReport dense_memory_report(const std::vector<Request>& trace, const KVConf
                                                      << cfg.max_seq_len);
   const int64_t per_token = cfg.bytes_per_token();
   const int64_t n = static_cast<int64_t>(trace.size());
-  // TODO(ch01): fill in the report (see MemoryReport in include/pa/ch01_dense.h).
+  // TODO(ch01): return the MemoryReport of include/pa/ch01_dense.h for this trace, each field
+  //   as its comment there defines it (bytes_per_token is per_token; n is the number of
+  //   requests). Integer fields are exact and rounded down, and nothing overflows, even for a
+  //   huge budget_bytes.
+  // HINT(1): Start from the tokens the trace really uses: the sum of r.total() (prompt_len +
+  //   output_len) over its requests. Every field is then one expression in that sum, n,
+  //   cfg.max_seq_len, per_token and budget_bytes.
+  // HINT(2): reserved = n * max_seq_len * per_token; used = total_tokens * per_token;
+  //   waste_fraction = 1 - used / reserved, in doubles; dense_seqs_in_budget = budget /
+  //   (max_seq_len * per_token). The ideal count divides by the mean request, total_tokens /
+  //   n: multiply first, (budget * n) / (total_tokens * per_token), with __int128 for the
+  //   products (budget * n can pass 2^63).
+  // HINT(3): fill in the report (see MemoryReport in include/pa/ch01_dense.h).
   //   A dense cache reserves max_seq_len slots for every request; a request uses only
   //   prompt_len + output_len of them. For ideal_seqs_in_budget, divide the budget by
   //   the mean tokens per request times per_token, in integers:

@@ -32,7 +32,23 @@ __global__ void gather_kv_kernel(const T* k_pool, const T* v_pool, const int* bl
   // Dense element (seq, t, head, d) is at ((seq * max_seq_len + t) * H + head) * D + d.
   const int64_t dense = (int64_t(seq) * max_seq_len + first) * H * D + int64_t(head) * D;
   PA_DYNAMIC_SHARED(T, tile);  // D * (bs + 1) elements
-  // TODO(ch02): copy `tokens` tokens of this (block, head) into the dense arrays.
+  // TODO(ch02): for each of the block's first `tokens` tokens o and every d < D,
+  //   k_dense[dense + o * H * D + d] is element d of token o's K for this head in k_pool
+  //   ([num_blocks][H][D/x][bs][x]), and v_dense likewise from v_pool
+  //   ([num_blocks][H][D][bs]). Nothing is written for o >= tokens. The block's 128 threads
+  //   move the data through the shared tile `tile` (D * (bs + 1) elements), so that their
+  //   global loads and stores are 16-byte (uint4) and coalesced.
+  // HINT(1): Think of two trips through shared memory. K: the (block, head) region is
+  //   [chunks][bs][x] and token o's dense row is [chunks][x], so a 16-byte chunk moves whole:
+  //   load the region into the tile as uint4, sync, then store chunk (c, o) to its dense
+  //   place. V: the region is [D][bs] (tokens contiguous) and the dense row is [D] per token:
+  //   a transpose, element by element, inside the tile.
+  // HINT(2): Let i = threadIdx.x, i += blockDim.x, run over the work with c = i % chunks
+  //   (varying fastest, so neighbouring threads store neighbouring 16 bytes) and o = i /
+  //   chunks. Give V's tile rows a stride of bs + 1 (v_tile_stride) so that the column reads
+  //   spread over the shared-memory banks. A __syncthreads() after each staging, and one
+  //   before V reuses the tile.
+  // HINT(3): copy `tokens` tokens of this (block, head) into the dense arrays.
   //   K: the region is [chunks][bs][x]. Stage it in `tile` (uint4 loads), __syncthreads(),
   //      then token o's chunk c (16 bytes at tile + (c * bs + o) * x) goes to
   //      k_dense + dense + o * H * D + c * x. Let c vary fastest across threads.

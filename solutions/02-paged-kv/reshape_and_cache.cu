@@ -21,7 +21,20 @@ __global__ void reshape_and_cache_kernel(const T* k, const T* v, T* k_pool, T* v
   const int D = s.head_size, chunks = D / x;
   const T* k_src = k + token * s.num_kv_heads * D;
   const T* v_src = v + token * s.num_kv_heads * D;
-  // TODO(ch02): copy the token into the pools.
+  // TODO(ch02): the token of this thread block (its slot = slot_mapping[token] >= 0) is
+  //   stored at block = slot / block_size, offset = slot % block_size: for every KV head and
+  //   d < D, K element (block, head, d, offset) = k_src[head * D + d] and V alike, in the
+  //   pool layouts k_pool [num_blocks][Hkv][D/x][block_size][x] and v_pool
+  //   [num_blocks][Hkv][D][block_size] (d = c * x + j for K). No other slot changes. Offsets
+  //   are 64-bit.
+  // HINT(1): Write each element's address from its layout, outermost index first. The x
+  //   elements of a K chunk are contiguous both in k_src and in the pool, so K can move as
+  //   16-byte chunks; V moves element by element (consecutive d are block_size apart).
+  // HINT(2): K: thread i (striding by blockDim.x) takes (head, c) = (i / chunks, i % chunks)
+  //   for i < Hkv * chunks and copies one uint4 from k_src + head * D + c * x. V: i < Hkv *
+  //   D, (head, d) = (i / D, i % D). `block` is already an int64_t, so products that start
+  //   with it stay 64-bit.
+  // HINT(3): copy the token into the pools.
   //   K: for each (head, chunk c) pair, copy the 16 bytes k_src[head * D + c * x ...] to
   //      k_pool element (((block * Hkv + head) * chunks + c) * block_size + offset) * x
   //      (use a uint4 load and store: a chunk is exactly 16 bytes).

@@ -39,7 +39,21 @@ BatchMetadata build_batch(BlockManager& manager, const std::vector<int>& seq_ids
   BatchMetadata md;
   md.num_seqs = int(seq_ids.size());
   md.max_blocks_per_seq = max_blocks_per_seq > 0 ? max_blocks_per_seq : int(widest);
-  // TODO(ch03): fill md. For each sequence i of the batch, in order:
+  // TODO(ch03): md (num_seqs and max_blocks_per_seq already set) describes the step,
+  //   sequences in batch order: slot_mapping = the slots of all new tokens, sequence after
+  //   sequence; context_lens[i] = the length of seq_ids[i] after its new tokens; block_table
+  //   = num_seqs rows of max_blocks_per_seq entries, row i = the block list of seq_ids[i],
+  //   then kPaddingBlock. Each sequence grows by new_tokens[i] in the manager. (The checks
+  //   above guarantee that it fits.)
+  // HINT(1): The manager does the work: append_slots(seq, n) returns the new tokens' slots,
+  //   and length(seq) and block_list(seq) give the rest. Filling the whole table with
+  //   kPaddingBlock first leaves only each row's used prefix to write.
+  // HINT(2): md.block_table.assign(num_seqs * max_blocks_per_seq, kPaddingBlock);
+  //   md.context_lens.resize(num_seqs); then for each i: append the slots of
+  //   manager.append_slots(seq_ids[i], new_tokens[i]) to md.slot_mapping, context_lens[i] =
+  //   manager.length(seq_ids[i]), and std::copy the block list to md.block_table.begin() + i
+  //   * max_blocks_per_seq.
+  // HINT(3): fill md. For each sequence i of the batch, in order:
   //   append_slots(seq_ids[i], new_tokens[i]) and add the slots to md.slot_mapping;
   //   context_lens gets the length after the append; row i of block_table (width
   //   md.max_blocks_per_seq) gets the block list, then kPaddingBlock in the rest.

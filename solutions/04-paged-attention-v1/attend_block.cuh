@@ -39,7 +39,24 @@ __device__ void attend_kv_block(const T* __restrict__ k_blk, const T* __restrict
   const int lane = threadIdx.x % 32;
   const int o = lane / G, g = lane % G;  // token of the block, lane within its group
 
-  // TODO(ch04): 1. The score of token o: the lanes of its group split its kChunks chunks
+  // TODO(ch04): one warp (all 32 lanes call this together) adds the block's `valid` tokens
+  //   (1..BS) to its online softmax: afterwards st.m = the max of the old st.m and the
+  //   block's scores q_s . k_t, st.l = the sum of exp(score - st.m) over every token seen so
+  //   far, and st.acc[r] = the sum of exp(score - st.m) * v_t[d] for row d = lane + 32 r.
+  //   Tokens >= valid add nothing, even when their slots hold NaN. p_s (BS floats) is
+  //   scratch, and is free again for the next call when the function returns.
+  // HINT(1): Three steps: the block's scores, the online-softmax update (chapter 1's, a block
+  //   of tokens at a time), then the weighted sum of V. Layouts: k_blk is [D/x][BS][x] (chunk
+  //   c of token o at (c * BS + o) * x) and v_blk is [D][BS] (row d holds the block's BS
+  //   tokens side by side). Lanes come in groups of G = 32 / BS: group o owns token o.
+  // HINT(2): Scores: lane g of group o sums q_s . k over chunks c = g, g + G, ... (one uint4
+  //   load each), then __shfl_xor_sync over offsets G/2 .. 1 adds up the group. Softmax: the
+  //   block max over the whole warp (xor offsets 16 .. 1), correction = exp(st.m - m_new), p
+  //   = exp(score - m_new) (0 for o >= valid), and the sum of p over the warp counting each
+  //   token once (only g == 0 adds). Put p in p_s[o] so that every lane can read every
+  //   token's p. V: lane takes rows d = lane + 32 r < D and adds p_s[t] * v for t < valid,
+  //   skipping the rest.
+  // HINT(3): 1. The score of token o: the lanes of its group split its kChunks chunks
   //   (chunk c is the 16 bytes at k_blk + (c * BS + o) * x: load it as one uint4), dot
   //   them with q_s, then add the group's partial sums with __shfl_xor_sync over offsets
   //   G/2, ..., 1. Tokens o >= valid get score -INFINITY.

@@ -33,7 +33,17 @@ paged_attention_v1_kernel(T* out, const T* q, const T* k_pool, const T* v_pool,
   for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
   const int num_logical = (len + BS - 1) / BS;
   const int* table = block_table + int64_t(seq) * s.max_blocks_per_seq;
-  // TODO(ch04): warp w takes logical blocks w, w + kWarps, ... < num_logical. For each,
+  // TODO(ch04): every logical block b < num_logical of the sequence is attended exactly once,
+  //   by one warp, through attend_kv_block: with this KV head's K and V in physical block
+  //   table[b] and valid = the number of the sequence's tokens in it (BS, or fewer in the
+  //   last block). Offsets are 64-bit. (merge_warps, below, combines the warps' states.)
+  // HINT(1): Deal the blocks round-robin to the kWarps warps; each has its own state st and
+  //   scratch p_s[warp]. Physical block table[b] holds the Hkv heads one after another, D *
+  //   BS elements each, in both pools.
+  // HINT(2): block_elems = int64_t(Hkv) * D * BS; for b = warp; b < num_logical; b += kWarps:
+  //   at = table[b] * block_elems + kv_head * D * BS (64-bit), then attend_kv_block<T, D,
+  //   BS>(k_pool + at, v_pool + at, min(BS, len - b * BS), q_s, p_s[warp], st).
+  // HINT(3): warp w takes logical blocks w, w + kWarps, ... < num_logical. For each,
   //   look up the physical block in `table`, find this KV head's K and V in it (a physical
   //   block holds Hkv * D * BS elements in each pool, head after head; compute the offset
   //   in 64 bits: block ids times that stride pass 2^31 in a large pool), and call

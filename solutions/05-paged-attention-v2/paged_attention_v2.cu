@@ -41,7 +41,21 @@ paged_attention_v2_kernel(float* max_logits, float* exp_sums, float* partial_out
   for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
   const int* table = block_table + int64_t(seq) * s.max_blocks_per_seq;
   const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
-  // TODO(ch05): walk only this partition's logical blocks: from part * kBlocksPerPartition
+  // TODO(ch05): the thread block of partition `part` attends over this partition's tokens
+  //   only, [part * kPartitionSize, min(len, (part + 1) * kPartitionSize)), each logical
+  //   block once, as v1 does; then, at i = partition_index(seq, head, part, num_q_heads,
+  //   max_partitions), it records max_logits[i] = the partition's max score, exp_sums[i] =
+  //   its sum of exp(score - max), and partial_out[i * D + d] = its softmax-weighted V,
+  //   already divided by exp_sums[i].
+  // HINT(1): It is v1's loop over a window of blocks, followed by three stores instead of the
+  //   output. After merge_warps(st), warp 0 holds the thread block's result: st.m, st.l, and
+  //   st.acc already normalised.
+  // HINT(2): first = part * kBlocksPerPartition; last = min(ceil(len / BS), first +
+  //   kBlocksPerPartition); warps take b = first + warp, b += kWarps, while b < last (`at`
+  //   and attend_kv_block as in v1; block_elems is there already). After merge_warps(st) only
+  //   warp 0 writes: lane 0 max_logits and exp_sums, every lane its rows lane + 32 r < D of
+  //   partial_out.
+  // HINT(3): walk only this partition's logical blocks: from part * kBlocksPerPartition
   //   up to (but excluding) the next partition's first block or the sequence's last block,
   //   warp w taking every kWarps-th as in v1. Then merge_warps(st) and let warp 0 write
   //   st.m, st.l and the normalised st.acc rows to max_logits, exp_sums and partial_out

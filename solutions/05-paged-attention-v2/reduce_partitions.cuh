@@ -21,7 +21,18 @@ __host__ __device__ inline int64_t partition_index(int seq, int head, int p, int
 __device__ inline float merge_partitions(const float* max_logits, const float* exp_sums,
                                          const float* partial_out, int64_t first, int parts,
                                          int D, int d) {
-  // TODO(ch05): len 0 (parts == 0): 0. One partition: its partial output as it is (so
+  // TODO(ch05): return output element d of one (sequence, head) from its `parts` partitions
+  //   (workspace rows first .. first + parts - 1): the softmax over all their tokens
+  //   together. parts == 0 (an empty sequence) gives 0; parts == 1 gives that partition's
+  //   partial_out unchanged, so that v2 equals v1 bit for bit. Any number of partitions works
+  //   (no shared memory).
+  // HINT(1): Each partition's partial_out is normalised by its own exp_sum, at its own max.
+  //   To combine them, bring all to a common max M (the largest max_logit): partition p then
+  //   weighs exp_sums[p] * exp(max_logits[p] - M).
+  // HINT(2): Early returns for parts == 0 and parts == 1. Then one loop over p for M, and a
+  //   second for the weighted sum of partial_out[(first + p) * D + d] and the sum of the
+  //   weights; return their quotient.
+  // HINT(3): len 0 (parts == 0): 0. One partition: its partial output as it is (so
   //   that v2 equals v1 bit for bit). Otherwise M = max of the max_logits, each partition
   //   weighs w_p = exp_sums[p] * exp(max_logits[p] - M), and the result is
   //   sum_p w_p * partial_out[p][d] / sum_p w_p. Each thread loops over the partitions

@@ -23,7 +23,19 @@ __global__ void reshape_and_cache_fp8_kernel(const T* k, const T* v, uint8_t* k_
   const T* k_src = k + token * s.num_kv_heads * D;
   const T* v_src = v + token * s.num_kv_heads * D;
   const float ks = *k_scale, vs = *v_scale;
-  // TODO(ch06): as chapter 2's reshape_and_cache, but each stored byte is
+  // TODO(ch06): chapter 2's reshape_and_cache into one-byte pools: for every KV head and d <
+  //   D, K byte (block, head, d, offset) = quantize_e4m3(k_src[head * D + d], ks) in the
+  //   layout [num_blocks][Hkv][D/16][block_size][16], and V byte (block, head, d, offset) =
+  //   quantize_e4m3(v_src[head * D + d], vs) in [num_blocks][Hkv][D][block_size]. No other
+  //   slot changes; offsets are 64-bit.
+  // HINT(1): Your chapter 2 kernel has the addresses, with x = kFp8X = 16. A K chunk is still
+  //   one 16-byte store, but its source is 16 values of T: quantize them into a local uint4
+  //   first (to_float turns a T into a float), then store it once.
+  // HINT(2): Thread i < Hkv * chunks: head = i / chunks, c = i % chunks; fill the 16 bytes of
+  //   a uint4 with quantize_e4m3(to_float(k_src[head * D + c * 16 + j]), ks) and store it at
+  //   k_pool + (((block * Hkv + head) * chunks + c) * block_size + offset) * 16. V: i < Hkv *
+  //   D as in chapter 2, each byte quantized with vs.
+  // HINT(3): as chapter 2's reshape_and_cache, but each stored byte is
   //   quantize_e4m3(value, scale) with ks for K and vs for V. K: thread i handles chunk
   //   (head, c): quantize k_src[head * D + c * 16 + j] for j < 16 into a uint4 and store it
   //   at k_pool + (((block * Hkv + head) * chunks + c) * block_size + offset) * 16.

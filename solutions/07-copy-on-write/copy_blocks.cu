@@ -15,7 +15,13 @@ __global__ void copy_blocks_kernel(T* const* k_pools, T* const* v_pools, const i
   T* k = k_pools[blockIdx.y];
   T* v = v_pools[blockIdx.y];
   const int64_t vecs = block_elems * int64_t(sizeof(T)) / 16;
-  // TODO(ch07): copy block c.x to block c.y in k and in v, as uint4 vectors (vecs of them
+  // TODO(ch07): for this (copy, layer) thread block: block c.y of k and of v becomes equal to
+  //   block c.x (block_elems elements each), and nothing else changes. block_elems *
+  //   sizeof(T) is a multiple of 16, so the copy is `vecs` uint4 vectors. Offsets are 64-bit.
+  // HINT(1): A block is one contiguous run of each pool, starting at element id *
+  //   block_elems: this is a memcpy of vecs 16-byte vectors, shared among the block's
+  //   threads.
+  // HINT(2): copy block c.x to block c.y in k and in v, as uint4 vectors (vecs of them
   //   per block), the block's threads striding over them. Offsets in 64 bits.
   // BEGIN SOLUTION
   const uint4* k_src = reinterpret_cast<const uint4*>(k + int64_t(c.x) * block_elems);

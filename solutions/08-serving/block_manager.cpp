@@ -74,7 +74,20 @@ std::vector<int> CachingBlockManager::match_prefix(const std::vector<int>& token
   if (!prefix_caching_) return hit;
   const int bs = block_size_;
   const int full = std::min(int(tokens.size()), max_tokens) / bs;  // whole blocks only
-  // TODO(ch08): walk the full blocks i = 0, 1, ... < full: h = block_hash(parent, tokens of
+  // TODO(ch08): hit = the physical blocks of the longest run of leading full blocks of
+  //   `tokens` (at most `full` blocks) that are already cached, in order. A cached block
+  //   matches only if its whole chain does: the same tokens and the same parent (the hash of
+  //   everything before it), so a hash collision never gives a hit. Nothing changes (the
+  //   function is const).
+  // HINT(1): Blocks are named by a chain hash: block i's hash is block_hash(hash of block i -
+  //   1, its bs tokens), with kRootHash before block 0, so a hash names the whole prefix up
+  //   to its block. cached_ maps a hash to a block id; meta_[id] keeps the parent hash and
+  //   the tokens it was cached with.
+  // HINT(2): parent = kRootHash; for i < full: h = block_hash(parent, tokens.data() + i * bs,
+  //   bs); it = cached_.find(h); break if it is missing, or if meta_[it->second].parent !=
+  //   parent, or its tokens differ from the block's (std::equal); else
+  //   hit.push_back(it->second) and parent = h.
+  // HINT(3): walk the full blocks i = 0, 1, ... < full: h = block_hash(parent, tokens of
   //   block i), with parent = kRootHash for block 0 and block i-1's hash after. Stop at
   //   the first block whose hash is not in cached_, or whose cached entry (meta_) does not
   //   hold the same parent hash and tokens (a collision). Otherwise append the block.

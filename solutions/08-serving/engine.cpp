@@ -82,7 +82,24 @@ void Engine::preempt(Seq& victim) {
   running_.pop_back();
   ++stats_.preemptions;
   const std::vector<int>& gpu = blocks_.block_list(victim.id);
-  // TODO(ch08): give the victim's blocks back, one of two ways.
+  // TODO(ch08): the victim (already off running_, its preemption counted) gives all its GPU
+  //   KV blocks back and waits to be resumed. Swap (cfg_.preemption == Preemption::swap,
+  //   cfg_.num_swap_blocks > 0, and a free host block for each of its blocks): its KV data
+  //   goes to host blocks, kept in victim.host_blocks in order; state swapped, at the back of
+  //   swapped_, ++stats_.swap_outs, num_computed unchanged. Otherwise recompute: num_computed
+  //   = 0, state waiting, at the FRONT of waiting_, ++stats_.recomputes. Blocks shared with
+  //   other sequences only lose one owner.
+  // HINT(1): blocks_.release(victim.id) gives the GPU blocks back and takes care of shared
+  //   blocks. Choose the mode first: swap needs a free host block for each GPU block
+  //   (host_alloc_.num_free()). Copy before you release: released blocks may be reused, and
+  //   `gpu` refers to the victim's block list, which release() erases.
+  // HINT(2): Swap: allocate a host block per GPU block, pairing gpu[i] with host_blocks[i] in
+  //   a std::vector<ch07::BlockCopy>; collect the data() of each of host_k_ and host_v_; call
+  //   swap_blocks(kv_.k_pools(), kv_.v_pools(), host K, host V, kv_.shape, cfg_.num_blocks,
+  //   host_alloc_.num_blocks(), copies, cudaMemcpyDeviceToHost); then release, set the state,
+  //   queue it and count it. Recompute: release, num_computed = 0, state waiting,
+  //   waiting_.push_front(&victim), count it.
+  // HINT(3): give the victim's blocks back, one of two ways.
   //   swap (cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0, and the host
   //   has a free block for each of its blocks): take host blocks from host_alloc_, copy
   //   GPU block gpu[i] to host block i with swap_blocks (cudaMemcpyDeviceToHost, from

@@ -35,7 +35,22 @@ prefill_attention_kernel(T* out, const T* q, const T* k_pool, const T* v_pool,
   st.m = -INFINITY;
   st.l = 0.f;
   for (int r = 0; r < kRows; ++r) st.acc[r] = 0.f;
-  // TODO(ch08): 1. Find this token's sequence: the b with query_start_loc[b] <= token <
+  // TODO(ch08): for new token `token` and query head `head`, the warps' states st hold causal
+  //   attention over the token's own sequence: every position 0 .. pos (pos = the token's
+  //   position in its sequence) attended exactly once, through row b of block_table, and no
+  //   position beyond pos (those may hold later tokens of the chunk, or anything).
+  //   merge_warps, below, combines the warps.
+  // HINT(1): Three things to find: the sequence b the token belongs to (query_start_loc is
+  //   the prefix sum of the new-token counts: sequence b's new tokens are query_start_loc[b]
+  //   .. query_start_loc[b + 1] - 1), its position pos in that sequence, and then chapter 4's
+  //   v1 loop over len = pos + 1 tokens.
+  // HINT(2): A binary search for the last b with query_start_loc[b] <= token (lo = 0, hi =
+  //   num_seqs - 1, take the upper middle; this skips sequences with empty ranges). n =
+  //   query_start_loc[b + 1] - query_start_loc[b]; pos = context_lens[b] - n + (token -
+  //   query_start_loc[b]). The table row is block_table + b * max_blocks_per_seq; the loop is
+  //   v1's, with ch04::attend_kv_block and valid = min(BS, len - b' * BS) for logical block
+  //   b'.
+  // HINT(3): 1. Find this token's sequence: the b with query_start_loc[b] <= token <
   //   query_start_loc[b + 1] (a binary search; a sequence with no new tokens has an empty
   //   range and is never the answer).
   //   2. Its position: the sequence's n new tokens are its last n, so new token i sits at

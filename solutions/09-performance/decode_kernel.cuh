@@ -265,7 +265,23 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeArgs<T, C> a)
     constexpr int stages = kStages;
     C* ring = reinterpret_cast<C*>(region) + warp * stages * kSlot;
     // ids, lane j: the physical block of this warp's block 32 * w + j (w = i / 32)
-    // TODO(ch09): keep stages - 1 blocks in flight.
+    // TODO(ch09): the same result as the kStages == 0 branch above: this warp attends its
+    //   blocks i = 0 .. count - 1 (logical block first + warp + i * kWarps) in order with
+    //   math.attend, but reads each block's K and V from its ring of `stages` slots in shared
+    //   memory, filled by cp.async stages - 1 blocks ahead. A slot is never overwritten while
+    //   it is read, and no copy is in flight when the branch ends.
+    // HINT(1): Write a helper issue(i) (a lambda, called by all 32 lanes) that starts the
+    //   copies of block i into ring slot i % stages and commits one cp.async group, even when
+    //   i >= count: empty groups keep the count in step, so cp_async_wait<stages - 1>()
+    //   always means "block i has landed". Prologue: issue 0 .. stages - 2. Loop: issue i +
+    //   stages - 1, wait, attend i.
+    // HINT(2): Block ids: lane j of `ids` holds the table entry of block 32 * (i / 32) + j;
+    //   get block i's with __shfl_sync(kFullMask, ids, i % 32), and when i % 32 == 0 (i > 0)
+    //   reload ids, one table entry per lane (0 past count). A slot is kSlot = 2 * D * BS
+    //   elements, K first and V at + D * BS; each is kPieces 16-byte pieces of kPerPiece
+    //   elements, lane p taking p, p + 32, .... After the wait, __syncwarp() before reading
+    //   the slot.
+    // HINT(3): keep stages - 1 blocks in flight.
     //   issue(i): when i % 32 == 0 and i > 0, refill ids with one load per lane (the table
     //   entries of this warp's blocks i .. i + 31, 0 past count); take block i's id with
     //   __shfl_sync from lane i % 32; if i < count, copy its K (kPieces 16-byte pieces at

@@ -78,7 +78,24 @@ __device__ void attend_block_gqa(const C* __restrict__ k_blk, const C* __restric
   constexpr int kRows = GroupState<GQ, D>::kRows;
   const int lane = threadIdx.x % 32;
 
-  // TODO(ch09): 1. Scores. As in chapter 4, lanes form groups of LT = 32 / BS; group o
+  // TODO(ch09): chapter 4's attend_kv_block for the GQ query heads that share this KV head,
+  //   reading each K chunk and V row once for all of them: afterwards head h's lanes (lane /
+  //   LH == h) hold its st.m and st.l, and every lane holds st.acc[h][r] (row lane + 32 r)
+  //   for every head, all updated with the block's `valid` tokens, scores multiplied by
+  //   k_scale. Tokens >= valid add nothing, even when NaN. s_s ([GQ][BS] floats) is scratch,
+  //   free again on return.
+  // HINT(1): Chapter 4's three steps (scores, online softmax, V), each for GQ heads: the
+  //   score step makes GQ dot products per K chunk, the softmax step splits the warp by head
+  //   (LH = 32 / GQ lanes per head) and works on the scores in s_s, and the V step updates GQ
+  //   accumulators per row.
+  // HINT(2): Scores: lane = o * LT + g takes chunks c = g, g + LT, ... < kChunks of token o,
+  //   widens each with CacheElem<C>::widen16 and adds q_s[h * D + c * x + j] * k[j] to
+  //   part[h]; xor-shuffle each part[h] over offsets LT/2 .. 1; g == 0 writes part[h] *
+  //   k_scale to s_s[h * BS + o]. Softmax: head = lane / LH, sub = lane % LH; the max over t
+  //   = sub, sub + LH, ... < valid, then over the head's lanes (xor LH/2 .. 1); p written
+  //   back into s_s (0 for t >= valid). V: corr[h] = __shfl_sync(kFullMask, correction, h *
+  //   LH); load_v_row, zero v[t] for t >= valid.
+  // HINT(3): 1. Scores. As in chapter 4, lanes form groups of LT = 32 / BS; group o
   //   takes token o and its lanes split the token's kChunks 16-byte chunks (chunk c at
   //   k_blk + (c * BS + o) * x; CacheElem<C>::widen16 turns one into x floats). The
   //   difference: each chunk is dotted with all GQ queries (q_s + h * D), into GQ partial
