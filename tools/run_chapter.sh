@@ -31,6 +31,9 @@ if [ "$backend" != cuda ]; then
         exit 2
     fi
     how="backend $backend, PA_EMU_SCHEDULE=$schedule"
+    if [ "${PA_CHECKED:-0}" = 1 ]; then
+        how="$how, checked mode: races, out-of-bounds accesses, uninitialised shared reads and shuffle call sites are named; about 20x slower"
+    fi
 else
     how="backend cuda"
 fi
