@@ -102,10 +102,11 @@ template <typename G>
   if (bad.count() == 0) return ::testing::AssertionSuccess();
   const size_t f = size_t(bad.first());
   std::ostringstream os;
-  os << std::setprecision(7) << bad.count() << " of " << got.size() << " values differ (max abs error "
-     << max_abs << ", max rel error " << max_rel << "; tolerance atol " << atol << " + rtol " << rtol
-     << " * |want|)\n  first at " << where(dims, int64_t(f)) << ": got "
-     << value_text(to_float(got[f]));
+  os << bad.count() << " of " << got.size() << " values differ";
+  if (nans) os << " (" << nans << " of them NaN)";
+  os << "; max abs error " << value_text(max_abs, 4) << ", max rel error " << value_text(max_rel, 4)
+     << (nans ? " (NaN not counted)" : "") << "; tolerance atol " << atol << " + rtol " << rtol
+     << " * |want|\n  first at " << where(dims, int64_t(f)) << ": got " << value_text(to_float(got[f]));
   if (std::isnan(to_float(got[f])))
     os << " (" << hex_of(got[f]) << "), want " << value_text(want[f]) << ": "
        << (bits_of(got[f]) == bits_of(output_poison<G>()) ? kNeverWritten : kReadPoison);
@@ -114,10 +115,9 @@ template <typename G>
        << value_text(std::fabs(to_float(got[f]) - want[f]), 3) << ")";
   os << "\n  " << bad.summary();
   if (nans) {
-    os << "\n  " << nans << " NaN (not in the maxima)";
-    if (first_nan != int64_t(f)) os << ", the first at " << where(dims, first_nan);
-    os << ": " << unwritten << " " << kNeverWritten << ", " << nans - unwritten << " computed ("
-       << "a NaN-poisoned input slot was read)";
+    os << "\n  NaN: " << unwritten << " " << kNeverWritten << ", " << nans - unwritten
+       << " computed (a NaN-poisoned input slot was read)";
+    if (first_nan != int64_t(f)) os << "; the first at " << where(dims, first_nan);
   }
   return ::testing::AssertionFailure() << os.str();
 }
@@ -154,12 +154,12 @@ template <typename T>
      << where(dims, int64_t(f)) << ": got " << show(got[f]) << ", want ";
   if (want_poison)
     os << "the poison " << hex_of(want[f]) << ": this element must stay untouched, but was written"
-       << (std::isnan(to_float(got[f])) ? " (a NaN copied from a poisoned slot)" : "");
+       << (std::isnan(to_float(got[f])) ? " (with a NaN: a poisoned slot was read)" : "");
   else
     os << show(want[f]);
   if (got_poison) os << ": never written (still the poison)";
   if (!want_poison && !got_poison && std::isnan(to_float(got[f])))
-    os << ": a NaN, copied from a poisoned slot";
+    os << ": a NaN: a poisoned slot was read";
   os << "\n  " << bad.summary();
   return ::testing::AssertionFailure() << os.str();
 }
