@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -203,12 +204,25 @@ inline ::testing::AssertionResult exactly_equal_e4m3(const std::vector<uint8_t>&
   os << bad.count() << " of " << got.size() << " bytes differ\n  first at " << where(dims, int64_t(f))
      << ": got " << show(got[f]) << ", want " << show(want[f]);
   if (want[f] == unwritten) os << ": this byte must stay unwritten (" << hex_of(unwritten) << ")";
-  if (got[f] == unwritten) os << ": never written (still " << hex_of(unwritten) << ")";
+  if (got[f] == unwritten)
+    os << ": still " << hex_of(unwritten) << ", so never written (or written as that NaN, which "
+       << "the quantizer never produces)";
   os << "\n  " << bad.summary();
   return ::testing::AssertionFailure() << os.str();
 }
 
 // ---- Helpers ---------------------------------------------------------------------------
+
+// `other` with the leading rows (sequences) where take[row] is set replaced by those of
+// `from`: to compare two results on some rows only, compare got with
+// with_rows_of(want, got, take).
+template <typename T>
+std::vector<T> with_rows_of(const std::vector<T>& from, std::vector<T> other, const std::vector<bool>& take) {
+  const size_t row = take.empty() ? 0 : from.size() / take.size();
+  for (size_t r = 0; r < take.size(); ++r)
+    if (take[r]) std::copy_n(from.begin() + r * row, row, other.begin() + r * row);
+  return other;
+}
 
 // The message of the pa::Error that f throws, or "(no error)".
 template <typename F>
