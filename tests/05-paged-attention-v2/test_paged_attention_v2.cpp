@@ -106,6 +106,7 @@ TEST(PagedV2Long, ThirtyTwoThousandTokens) {
   pa::DeviceBuffer<int> dt(table), dl(lens);
   pa::ch05::Workspace ws;
   const float scale = 0.0883883f;
+  pa::test::poison(out);
   pa::ch05::paged_attention_v2<pa::half>(s, out.get(), dq.get(), dk.get(), dv.get(), dt.get(),
                                          dl.get(), len, scale, ws);
   const auto v2 = out.download();
