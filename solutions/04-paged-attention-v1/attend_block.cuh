@@ -115,6 +115,7 @@ __device__ void attend_kv_block(const T* __restrict__ k_blk, const T* __restrict
 // Merges the kWarps warps' states of a thread block (the same rescaling as chapter 1).
 // Afterwards warp 0 holds the block's result: st.m, st.l, and st.acc[r] = output row
 // lane + 32 r, already divided by st.l. A warp that saw no token has m = -inf: weight 0.
+// No token at all (L == 0) gives zeros; a NaN (a poisoned slot was read) stays NaN.
 template <int kRows>
 __device__ void merge_warps(WarpState<kRows>& st) {
   __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][kRows * 32];
@@ -136,7 +137,7 @@ __device__ void merge_warps(WarpState<kRows>& st) {
   for (int r = 0; r < kRows; ++r) {
     float total = 0.f;
     for (int w = 0; w < kWarps; ++w) total += s_acc[w][lane + 32 * r] * weight[w];
-    st.acc[r] = L > 0.f ? total / L : 0.f;
+    st.acc[r] = L == 0.f ? 0.f : total / L;  // not L > 0: that would turn a NaN into 0
   }
   st.m = M;
   st.l = L;

@@ -176,7 +176,7 @@ __device__ void merge_and_write(const DecodeArgs<T, C>& a, Math& math,
       L += s_l[w * GQ + h] * weight;
       total += s_acc[(w * GQ + h) * D + d] * weight;
     }
-    const float value = L > 0.f ? total / L * v_scale : 0.f;
+    const float value = L == 0.f ? 0.f : total / L * v_scale;  // a NaN L stays NaN
     if (gridDim.z == 1) {
       a.out[(int64_t(seq) * Hq + head0 + h) * D + d] = from_float<T>(value);
     } else {

@@ -43,23 +43,19 @@ TEST(Append, WritesEachTokenToItsSlotAndNothingElse) {
       }
   }
   EXPECT_EQ(cache.lengths(), (std::vector<int>{8, 4, 3}));
-  pa::DeviceBuffer<float> kb(0), vb(0);
   const size_t total = size_t(s.num_seqs) * s.max_seq_len * row;
   std::vector<float> k_host(total), v_host(total);
   PA_CUDA_CHECK(cudaMemcpy(k_host.data(), cache.k_cache(), total * 4, cudaMemcpyDeviceToHost));
   PA_CUDA_CHECK(cudaMemcpy(v_host.data(), cache.v_cache(), total * 4, cudaMemcpyDeviceToHost));
-  for (int b = 0; b < s.num_seqs; ++b)
-    for (int t = 0; t < s.max_seq_len; ++t)
-      for (size_t e = 0; e < row; ++e) {
-        const size_t at = (size_t(b) * s.max_seq_len + t) * row + e;
-        if (t < cache.lengths()[b]) {
-          ASSERT_EQ(k_host[at], k_rows[b][t * row + e]) << "K seq " << b << " slot " << t;
-          ASSERT_EQ(v_host[at], v_rows[b][t * row + e]) << "V seq " << b << " slot " << t;
-        } else {
-          ASSERT_TRUE(std::isnan(k_host[at])) << "K seq " << b << " slot " << t << " was written";
-          ASSERT_TRUE(std::isnan(v_host[at])) << "V seq " << b << " slot " << t << " was written";
-        }
-      }
+  // The appended rows, and NaN (untouched: still the cache's 0xFF poison) in every other slot.
+  std::vector<float> want_k(total, NAN), want_v(total, NAN);
+  for (int b = 0; b < s.num_seqs; ++b) {
+    std::copy(k_rows[b].begin(), k_rows[b].end(), want_k.begin() + b * s.max_seq_len * row);
+    std::copy(v_rows[b].begin(), v_rows[b].end(), want_v.begin() + b * s.max_seq_len * row);
+  }
+  const auto dims = pa::test::dense_cache_dims(s.num_seqs, s.max_seq_len, s.num_kv_heads, s.head_size);
+  EXPECT_TRUE(pa::test::exactly_equal(k_host, want_k, dims, pa::test::all_ones<float>())) << "K cache";
+  EXPECT_TRUE(pa::test::exactly_equal(v_host, want_v, dims, pa::test::all_ones<float>())) << "V cache";
 }
 
 TEST(Append, AFullSequenceIsAnErrorAndNothingChanges) {
@@ -111,9 +107,10 @@ void append_then_decode(const pa::test::GoldenCase& c) {
   ASSERT_EQ(cache.lengths(), lens);
   pa::DeviceBuffer<T> q(pa::test::to_dtype<T>(c.get<float>("q")));
   pa::DeviceBuffer<T> out(q.size());
-  out.fill_bytes(0xFF);
+  pa::test::poison(out);
   cache.decode(out.get(), q.get(), static_cast<float>(c.get<double>("scale")[0]));
   EXPECT_TRUE(pa::test::all_close(out.download(), c.get<double>("expected"),
+                                  pa::test::decode_out_dims(s.num_seqs, s.num_q_heads, s.head_size),
                                   c.param_double("atol"), c.param_double("rtol")))
       << "case " << c.name();
 }
@@ -154,7 +151,7 @@ TEST(Append, OffsetsBeyondTwoToThe31AreComputedIn64Bits) {
   }
   const auto qh = pa::test::to_dtype<pa::half>(normal(2 * qrow, 9));
   pa::DeviceBuffer<pa::half> q(qh), out(2 * qrow);
-  out.fill_bytes(0xFF);
+  pa::test::poison(out);
   cache.decode(out.get(), q.get(), 0.125f);
   const auto got = out.download();
   std::vector<double> want(qrow);
@@ -174,7 +171,8 @@ TEST(Append, OffsetsBeyondTwoToThe31AreComputedIn64Bits) {
     }
   }
   const std::vector<pa::half> seq1(got.begin() + qrow, got.end());
-  EXPECT_TRUE(pa::test::all_close(seq1, want, 2e-3, 2e-3));
+  EXPECT_TRUE(pa::test::all_close(seq1, want, {{"head", s.num_q_heads}, {"d", s.head_size}}, 2e-3, 2e-3))
+      << "sequence 1";
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 // Chapter 6: quantizing writes, bit for bit against ml_dtypes' float8_e4m3fn.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "compare.h"
 #include "golden.h"
 #include "pa/ch06_fp8.h"
@@ -10,23 +8,6 @@
 namespace {
 
 using pa::test::GoldenCase;
-
-bool is_nan_byte(uint8_t b) { return (b & 0x7F) == 0x7F; }  // e4m3fn's only NaNs
-
-// Every byte equal, except that a NaN may be either NaN pattern.
-::testing::AssertionResult same_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool ok = is_nan_byte(want[i]) ? is_nan_byte(got[i]) : got[i] == want[i];
-    if (!ok) {
-      char msg[96];
-      std::snprintf(msg, sizeof msg, "first difference at byte %zu: got 0x%02x, want 0x%02x", i,
-                    unsigned(got[i]), unsigned(want[i]));
-      return ::testing::AssertionFailure() << msg;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 template <typename T>
 void check_case(const GoldenCase& c) {
@@ -37,8 +18,18 @@ void check_case(const GoldenCase& c) {
   pa::DeviceBuffer<int64_t> slots(c.get<int64_t>("slot_mapping"));
   pa::ch06::reshape_and_cache_fp8<T>(s, k.get(), v.get(), int(slots.size()), pool.k.get(),
                                      pool.v.get(), slots.get(), pool.k_scale.get(), pool.v_scale.get());
-  EXPECT_TRUE(same_bytes(pool.k.download(), c.get<uint8_t>("k_pool"))) << "K, " << c.name() << ": " << c.param("note");
-  EXPECT_TRUE(same_bytes(pool.v.download(), c.get<uint8_t>("v_pool"))) << "V, " << c.name() << ": " << c.param("note");
+  // Byte for byte: a NaN input must give 0x7F, and a slot no token owns must keep the
+  // pool's 0xFF (another NaN), so neither NaN may stand for the other.
+  const uint8_t unwritten = 0xFF;
+  EXPECT_TRUE(pa::test::exactly_equal_e4m3(
+      pool.k.download(), c.get<uint8_t>("k_pool"),
+      pa::test::k_pool_dims(s.num_blocks, s.num_kv_heads, s.head_size, s.block_size, pa::ch06::kFp8X),
+      unwritten))
+      << "K, " << c.name() << ": " << c.param("note");
+  EXPECT_TRUE(pa::test::exactly_equal_e4m3(
+      pool.v.download(), c.get<uint8_t>("v_pool"),
+      pa::test::v_pool_dims(s.num_blocks, s.num_kv_heads, s.head_size, s.block_size), unwritten))
+      << "V, " << c.name() << ": " << c.param("note");
 }
 
 class QuantizeGolden : public ::testing::TestWithParam<std::string> {};

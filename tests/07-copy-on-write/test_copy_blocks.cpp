@@ -28,11 +28,19 @@ void check_case(const GoldenCase& c) {
   std::vector<pa::ch07::BlockCopy> copies;
   for (size_t i = 0; i + 1 < pairs.size(); i += 2) copies.push_back({pairs[i], pairs[i + 1]});
   pa::ch07::copy_blocks<T>(kp, vp, s, copies);
-  const auto want_k = c.get<float>("expected_k_pools"), want_v = c.get<float>("expected_v_pools");
+  // Bit for bit, NaN included: the pools' NaN slots are data here, copied with their block.
+  const auto want_k = pa::test::to_dtype<T>(c.get<float>("expected_k_pools"));
+  const auto want_v = pa::test::to_dtype<T>(c.get<float>("expected_v_pools"));
+  auto layer = [&](const std::vector<T>& all, int l) {
+    return std::vector<T>(all.begin() + l * per_layer, all.begin() + (l + 1) * per_layer);
+  };
+  const auto k_dims = pa::test::k_pool_dims(s.num_blocks, s.num_kv_heads, s.head_size, s.block_size,
+                                            pa::ch02::pack_x<T>());
+  const auto v_dims = pa::test::v_pool_dims(s.num_blocks, s.num_kv_heads, s.head_size, s.block_size);
   for (int l = 0; l < layers; ++l) {
-    EXPECT_TRUE(pa::test::exactly_equal(k[l].download(), std::vector<float>(want_k.begin() + l * per_layer, want_k.begin() + (l + 1) * per_layer)))
+    EXPECT_TRUE(pa::test::exactly_equal(k[l].download(), layer(want_k, l), k_dims))
         << "K, layer " << l << ", " << c.name();
-    EXPECT_TRUE(pa::test::exactly_equal(v[l].download(), std::vector<float>(want_v.begin() + l * per_layer, want_v.begin() + (l + 1) * per_layer)))
+    EXPECT_TRUE(pa::test::exactly_equal(v[l].download(), layer(want_v, l), v_dims))
         << "V, layer " << l << ", " << c.name();
   }
 }

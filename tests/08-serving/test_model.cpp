@@ -50,7 +50,8 @@ void expect_same_as_dense(int max_tokens_per_step, int arrival_gap) {
     ASSERT_EQ(got.size(), dense[size_t(i)].logits.size());
     for (size_t t = 0; t < got.size(); ++t) {
       const std::vector<double> want(dense[size_t(i)].logits[t].begin(), dense[size_t(i)].logits[t].end());
-      EXPECT_TRUE(pa::test::all_close(got[t], want, 1e-3, 1e-3)) << "request " << i << ", token " << t;
+      EXPECT_TRUE(pa::test::all_close(got[t], want, {{"logit", int64_t(want.size())}}, 1e-3, 1e-3))
+          << "request " << i << ", generated token " << t;
     }
   }
 }
@@ -116,7 +117,8 @@ TEST(PagedVsDenseLarge, LongContextsMatchTheDensePath) {
     const auto& got = engine.logits().at(i);
     for (size_t t = 0; t < got.size(); ++t) {
       const std::vector<double> want(dense[size_t(i)].logits[t].begin(), dense[size_t(i)].logits[t].end());
-      EXPECT_TRUE(pa::test::all_close(got[t], want, 2e-3, 2e-3)) << "request " << i << ", token " << t;
+      EXPECT_TRUE(pa::test::all_close(got[t], want, {{"logit", int64_t(want.size())}}, 2e-3, 2e-3))
+          << "request " << i << ", generated token " << t;
     }
   }
   EXPECT_EQ(engine.blocks().num_free(), cfg.num_blocks);

@@ -28,23 +28,24 @@ void check_case(const GoldenCase& c) {
   ws.reserve(s.num_seqs, s.num_q_heads, 64, s.head_size);
 
   ws.poison();
-  out.fill_bytes(0xFF);
+  pa::test::poison(out);
   pa::ch09::decode_fp8<T>(s, out.get(), q.get(), k.get(), v.get(), d_table.get(), d_lens.get(),
                           max_len, k_scale.get(), v_scale.get(), scale, ws);
   const auto got = out.download();
-  EXPECT_TRUE(pa::test::all_close(got, expected, c.param_double("atol"), c.param_double("rtol")))
+  const auto dims = pa::test::decode_out_dims(s);
+  EXPECT_TRUE(pa::test::all_close(got, expected, dims, c.param_double("atol"), c.param_double("rtol")))
       << "vs the dequantized reference, " << c.name() << ": " << c.param("note");
-  EXPECT_TRUE(pa::test::all_close(got, unquantized, c.param_double("fp8_atol"), c.param_double("fp8_rtol")))
+  EXPECT_TRUE(pa::test::all_close(got, unquantized, dims, c.param_double("fp8_atol"), c.param_double("fp8_rtol")))
       << "vs the unquantized reference, " << c.name();
   for (int splits : {2, 3}) {  // odd partition edges
     const int blocks = std::max(1, (max_len + s.block_size - 1) / s.block_size);
     const int per = (blocks + splits - 1) / splits;
     const pa::ch09::SplitPlan plan{(blocks + per - 1) / per, per * s.block_size};
     ws.poison();
-    out.fill_bytes(0xFF);
+    pa::test::poison(out);
     pa::ch09::decode_fp8_with_plan<T>(plan, s, out.get(), q.get(), k.get(), v.get(), d_table.get(),
                                       d_lens.get(), max_len, k_scale.get(), v_scale.get(), scale, ws);
-    EXPECT_TRUE(pa::test::all_close(out.download(), expected, c.param_double("atol"),
+    EXPECT_TRUE(pa::test::all_close(out.download(), expected, dims, c.param_double("atol"),
                                     c.param_double("rtol")))
         << plan.splits << " partitions of " << plan.partition_size << " tokens, " << c.name();
   }

@@ -23,6 +23,18 @@ inline ch04::PagedAttentionShape paged_shape_of(const GoldenCase& c) {
                                    int(ks[3]), int(ks[0]), int(ts[1])};
 }
 
+// Decode attention's out (and q): [sequence, head, d].
+inline Dims decode_out_dims(const ch04::PagedAttentionShape& s) {
+  return decode_out_dims(s.num_seqs, s.num_q_heads, s.head_size);
+}
+
+// What a difference after moving the physical blocks means.
+inline constexpr const char* kBlockPlacement =
+    "the same logical cache stored in other physical blocks (pools permuted, block table "
+    "rewritten to match) changed the output (got: permuted, want: as stored). The output "
+    "may depend only on the logical cache: a difference means a wrong block-table index "
+    "or a wrong stride";
+
 // The case's block table with every padding entry pointing at its all-NaN block, so a
 // kernel that reads padding leaks NaN into its output.
 inline std::vector<int> table_with_poisoned_padding(const GoldenCase& c) {
