@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "block.h"
 #include "crash_report.h"
@@ -59,23 +60,36 @@ std::string function_name(std::string s) {
   return s;
 }
 
-// From the binary's line table, by asking addr2line (binutils, installed with g++).
-std::string source_line(void* pc) {
+// From the binary's line table, by asking addr2line (binutils, installed with g++): one
+// call for all the addresses, as each call reads the whole line table.
+std::vector<std::string> source_lines(const std::vector<void*>& pcs) {
+  std::vector<std::string> out(pcs.size());
   Dl_info info;
-  if (!dladdr(pc, &info) || !info.dli_fname) return "";
-  char cmd[512];
-  const unsigned long offset =
-      static_cast<unsigned long>(static_cast<char*>(pc) - static_cast<char*>(info.dli_fbase));
-  std::snprintf(cmd, sizeof cmd, "addr2line -i -f -C -e '%s' %#lx 2>/dev/null",
-                info.dli_fname[0] ? info.dli_fname : "/proc/self/exe", offset);
-  FILE* p = popen(cmd, "r");
-  if (!p) return "";
-  std::string out, fn;
-  char line[1024];
-  for (int i = 0; std::fgets(line, sizeof line, p); ++i) {
-    std::string l(line);
+  if (pcs.empty() || !dladdr(pcs[0], &info) || !info.dli_fname) return out;
+  std::string cmd = std::string("addr2line -a -i -f -C -e '") +
+                    (info.dli_fname[0] ? info.dli_fname : "/proc/self/exe") + "'";
+  for (void* pc : pcs) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %#lx",
+                  static_cast<unsigned long>(static_cast<char*>(pc) -
+                                             static_cast<char*>(info.dli_fbase)));
+    cmd += buf;
+  }
+  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!p) return out;
+  int k = -1, i = 0;
+  std::string fn;
+  char buf[2048];
+  while (std::fgets(buf, sizeof buf, p)) {
+    std::string l(buf);
     if (!l.empty() && l.back() == '\n') l.pop_back();
-    if (i % 2 == 0) {
+    if (l.rfind("0x", 0) == 0) {  // -a: each address starts its group
+      ++k;
+      i = 0;
+      continue;
+    }
+    if (k < 0 || k >= int(out.size())) continue;
+    if (i++ % 2 == 0) {
       fn = function_name(l);
       continue;
     }
@@ -83,11 +97,13 @@ std::string source_line(void* pc) {
     for (const char* root : {"/solutions/", "/chapters/", "/tests/", "/include/"})
       if (size_t at = l.rfind(root); at != std::string::npos) { l = l.substr(at + 1); break; }
     if (const size_t d = l.find(" (discriminator"); d != std::string::npos) l.resize(d);
-    out += (out.empty() ? "  at " : "\n     inlined into ") + l + " (in " + fn + ")";
+    out[k] += (out[k].empty() ? "  at " : "\n     inlined into ") + l + " (in " + fn + ")";
   }
   pclose(p);
   return out;
 }
+
+std::string source_line(void* pc) { return source_lines({pc})[0]; }
 
 namespace {
 

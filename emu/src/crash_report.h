@@ -1,6 +1,7 @@
 // Naming the kernel, block and thread when a kernel crashes the emulator.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace emu {
 // Installs the SIGSEGV/SIGBUS report (once per process) and this thread's alternate stack.
@@ -12,6 +13,7 @@ std::string kernel_name(const void* kernel);
 // "  at file:line (in function)" for a code address, with the inlined-into chain; "" if
 // the binary has no line table for it.
 std::string source_line(void* pc);
+std::vector<std::string> source_lines(const std::vector<void*>& pcs);  // one addr2line run
 // A demangled signature cut to the function's name: "void ns::k<float>(int)" -> "ns::k<float>".
 std::string function_name(std::string signature);
 }  // namespace emu

@@ -123,17 +123,20 @@ void begin_block(void* dynamic_shared, size_t bytes) {
 
 void end_block() { tl_active = false; }
 
-std::string take_report(const std::string& kernel) {
+std::string take_report(const void* kernel_address) {
   // Called after the launch, when the workers are idle. One report per source line.
   std::vector<std::pair<Finding, std::string>> findings;
   std::set<std::string> seen;
   const int count = std::min(g_count.exchange(0), kMaxFindings);
+  std::vector<void*> pcs;
+  for (int i = 0; i < count; ++i) pcs.push_back(static_cast<char*>(g_findings[i].pc) - 1);
+  const std::vector<std::string> lines = source_lines(pcs);
   for (int i = 0; i < count; ++i) {
-    std::string line = source_line(static_cast<char*>(g_findings[i].pc) - 1);
-    if (line.empty()) line = "  at (unknown line)";
+    std::string line = lines[i].empty() ? "  at (unknown line)" : lines[i];
     if (seen.insert(line).second) findings.emplace_back(g_findings[i], line);
   }
   std::string out;
+  const std::string kernel = findings.empty() ? "" : kernel_name(kernel_address);
   for (size_t i = 0; i < findings.size() && i < 2; ++i) {
     const Finding& f = findings[i].first;
     const std::string& line = findings[i].second;
@@ -190,7 +193,7 @@ extern "C" void __tsan_write_range(void* p, unsigned long n) {
 namespace emu::initcheck {
 void begin_block(void*, size_t) {}
 void end_block() {}
-std::string take_report(const std::string&) { return ""; }
+std::string take_report(const void*) { return ""; }
 }  // namespace emu::initcheck
 
 #endif

@@ -9,5 +9,5 @@ namespace emu::initcheck {
 void begin_block(void* dynamic_shared, size_t bytes);
 void end_block();
 // After a launch: what was found, in the course's words ("" if nothing).
-std::string take_report(const std::string& kernel);
+std::string take_report(const void* kernel);
 }  // namespace emu::initcheck

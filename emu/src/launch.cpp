@@ -204,8 +204,7 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t smem,
   race::start_reporting();
   pool().run(job);
   if (job.failed) return set_error(cudaErrorLaunchFailure, "emulator: " + job.error);
-  const std::string name = kernel_name(kernel);
-  const std::string found = initcheck::take_report(name) + race::take_report(name.c_str());
+  const std::string found = initcheck::take_report(kernel) + race::take_report(kernel);
   if (!found.empty()) return set_error(cudaErrorLaunchFailure, found);
   return cudaSuccess;
 }

@@ -47,6 +47,6 @@ void start_reporting();
 
 // After a launch: the races found while it ran, in the course's words ("" if none).
 // Also used by the tests of the emulator.
-std::string take_report(const char* kernel_name);
+std::string take_report(const void* kernel);
 
 }  // namespace emu::race

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "block.h"
+#include "crash_report.h"
 #include "memory_map.h"
 
 #if defined(PA_EMU_CHECK)
@@ -227,7 +228,7 @@ Quiet::Quiet() { __tsan_ignore_thread_begin(); }
 Quiet::~Quiet() { __tsan_ignore_thread_end(); }
 #endif
 
-std::string take_report(const char* kernel) {
+std::string take_report(const void* kernel_address) {
   if (!kEnabled) return "";
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_log_path.empty()) return "";
@@ -238,6 +239,8 @@ std::string take_report(const char* kernel) {
   g_log_offset += std::streamoff(text.size());
   if (text.empty()) return "";
   const std::vector<Race> races = parse(text);
+  const std::string name = kernel_name(kernel_address);
+  const char* kernel = name.c_str();
   std::string out;
   for (size_t i = 0; i < races.size(); ++i) {
     const int k = g_moments_taken++;
