@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "block.h"
@@ -159,16 +160,38 @@ std::string take_report(const void* kernel_address) {
 }  // namespace emu::initcheck
 
 // ---- The instrumentation entry points, wrapped ------------------------------------------
-#define PA_WRAP_ACCESS(n)                                                                \
-  extern "C" void __tsan_read##n(void* p) {                                              \
-    static auto next = emu::initcheck::real<void (*)(void*)>("__tsan_read" #n);          \
-    emu::initcheck::on_read(__builtin_return_address(0), p, n);                          \
-    next(p);                                                                             \
-  }                                                                                      \
-  extern "C" void __tsan_write##n(void* p) {                                             \
-    static auto next = emu::initcheck::real<void (*)(void*)>("__tsan_write" #n);         \
-    emu::initcheck::on_write(p, n);                                                      \
-    next(p);                                                                             \
+// Each wrapper ends in a tail call (a jump, at -O2), so that TSan's function, which takes
+// the access's source line from its own return address, still sees the kernel's line.
+namespace {
+struct Next {
+  void (*read[17])(void*) = {};
+  void (*write[17])(void*) = {};
+  void (*read_range)(void*, unsigned long) = nullptr;
+  void (*write_range)(void*, unsigned long) = nullptr;
+  Next() {
+    using emu::initcheck::real;
+    for (int n : {1, 2, 4, 8, 16}) {
+      read[n] = real<void (*)(void*)>(("__tsan_read" + std::to_string(n)).c_str());
+      write[n] = real<void (*)(void*)>(("__tsan_write" + std::to_string(n)).c_str());
+    }
+    read_range = real<void (*)(void*, unsigned long)>("__tsan_read_range");
+    write_range = real<void (*)(void*, unsigned long)>("__tsan_write_range");
+  }
+};
+const Next& next() {  // a function-local static: instrumented start-up code may come first
+  static const Next n;
+  return n;
+}
+}  // namespace
+
+#define PA_WRAP_ACCESS(n)                                                \
+  extern "C" void __tsan_read##n(void* p) {                              \
+    emu::initcheck::on_read(__builtin_return_address(0), p, n);          \
+    return next().read[n](p);                                       \
+  }                                                                      \
+  extern "C" void __tsan_write##n(void* p) {                             \
+    emu::initcheck::on_write(p, n);                                      \
+    return next().write[n](p);                                      \
   }
 PA_WRAP_ACCESS(1)
 PA_WRAP_ACCESS(2)
@@ -178,14 +201,12 @@ PA_WRAP_ACCESS(16)
 #undef PA_WRAP_ACCESS
 
 extern "C" void __tsan_read_range(void* p, unsigned long n) {
-  static auto next = emu::initcheck::real<void (*)(void*, unsigned long)>("__tsan_read_range");
   emu::initcheck::on_read(__builtin_return_address(0), p, n);
-  next(p, n);
+  return next().read_range(p, n);
 }
 extern "C" void __tsan_write_range(void* p, unsigned long n) {
-  static auto next = emu::initcheck::real<void (*)(void*, unsigned long)>("__tsan_write_range");
   emu::initcheck::on_write(p, n);
-  next(p, n);
+  return next().write_range(p, n);
 }
 
 #else  // plain build: nothing to check

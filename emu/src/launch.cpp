@@ -39,13 +39,20 @@ struct Job {
   std::string error;
 };
 
-// Which blocks a worker runs. Plain mode: the next free block, for balance. Checked mode:
-// worker i runs blocks i, i + W, i + 2W...: blocks that one worker runs one after another
-// are ordered for the race detector, so neighbouring blocks go to different workers,
-// where a race between them shows.
-uint64_t next_block(Job& job, int worker, int workers, uint64_t done) {
+// Which block a worker runs next. Plain mode: the next free block, for balance. Checked
+// mode: the blocks that one worker runs one after another are ordered for the race
+// detector, so blocks are dealt to workers by a hash of their index: any two blocks that
+// race (say partitions H*S apart) land on different workers most of the time, and a
+// launch with several such pairs shows its race.
+uint64_t next_block(Job& job, int worker, int workers, uint64_t after) {
   if (!race::kEnabled) return job.next++;
-  return uint64_t(worker) + done * uint64_t(workers);
+  const uint64_t total = uint64_t(job.grid.x) * job.grid.y * job.grid.z;
+  for (uint64_t b = after; b < total; ++b) {
+    uint64_t h = (b + 1) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    if (int(h % uint64_t(workers)) == worker) return b;
+  }
+  return total;
 }
 
 void run_blocks(Job& job, int worker, int workers) {
@@ -55,8 +62,8 @@ void run_blocks(Job& job, int worker, int workers) {
   const uint64_t total = uint64_t(job.grid.x) * job.grid.y * job.grid.z;
   gridDim = job.grid;
   blockDim = job.block;
-  for (uint64_t b, done = 0; !job.failed && (b = next_block(job, worker, workers, done)) < total;
-       ++done) {
+  for (uint64_t b = next_block(job, worker, workers, 0); !job.failed && b < total;
+       b = next_block(job, worker, workers, b + 1)) {
     blockIdx = make_uint3(b % job.grid.x, (b / job.grid.x) % job.grid.y,
                           b / (uint64_t(job.grid.x) * job.grid.y));
     // Real shared memory starts as garbage: poisoned, so a read-before-write shows.

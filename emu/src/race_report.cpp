@@ -207,8 +207,9 @@ std::string describe(const Race& r, const char* kernel, const Moment* moment) {
     else if (moment)
       os << "  Both fall before the block's first __syncthreads, so no barrier separates them.\n";
     if (warp_of(a) == warp_of(b))
-      os << "  Both threads are in " << warp_of(a) << ": lanes do not run in lockstep; put a "
-         << "__syncwarp() between the write and the read.\n";
+      os << "  Both threads are in " << warp_of(a) << ": lanes do not run in lockstep. A "
+         << "__syncwarp() between the two orders the lanes of one warp; if other warps touch\n"
+         << "  this memory too, it takes a __syncthreads().\n";
     else
       os << "  Put a __syncthreads() between them, reached by every thread of the block.\n";
   }
