@@ -73,6 +73,12 @@ for dir in solutions/[0-9][0-9]-*/; do
     fi
     step "chapter $num skeleton compiles and fails its tests" skeleton_fails "$build/test_ch${num}_chapter"
 done
+if [ "$backend" = cpu ]; then
+    # Planted classic bugs (tests/mutants/): each must make its chapter's tests fail AND be
+    # named in their output. Incremental: only the mutated file and the test are rebuilt.
+    step "mutant suite: planted bugs are caught and named" \
+        bash tools/run_mutants.sh --jobs "$(nproc 2>/dev/null || echo 2)"
+fi
 step "the serving demo runs (make demo)" "$build/demo/serve" --quiet
 step "the tour runs (make tour)" "$build/demo/tour"
 step "the book builds (mdbook)" bash tools/build_book.sh "$build" "$python"

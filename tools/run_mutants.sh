@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The mutant suite (tests/mutants/): plants classic kernel bugs in the solutions and checks
+# that the tests catch AND name each one. Options and format: tools/run_mutants.py --help,
+# tests/mutants/README.md.
+#   bash tools/run_mutants.sh [NAME...] [--mode plain|check] [--timeout S] [--jobs N]
+exec python3 "$(dirname "$0")/run_mutants.py" "$@"
