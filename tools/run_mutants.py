@@ -136,6 +136,15 @@ def checked_mode_available(tree):
 
 def configure(tree, build_dir, mode, python, opt, log):
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    if mode == "cuda":  # on a GPU machine: the same mutants, judged by compute-sanitizer
+        cmd = ["cmake", "-S", str(tree), "-B", str(build_dir), *gen, "-DPA_BACKEND=cuda",
+               "-DCMAKE_CUDA_ARCHITECTURES=90", f"-DPA_PYTHON={python}",
+               "-DCMAKE_BUILD_TYPE=Release"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        log.write_text(r.stdout + r.stderr)
+        if r.returncode != 0:
+            sys.exit(f"run_mutants: cmake failed for the cuda build (log: {log})")
+        return
     cmd = ["cmake", "-S", str(tree), "-B", str(build_dir), *gen, "-DPA_BACKEND=cpu",
            f"-DPA_PYTHON={python}", "-DCMAKE_BUILD_TYPE=Release",
            # -O1: each mutant recompiles a kernel file; -O1 compiles about 1.5x faster than
@@ -158,8 +167,11 @@ def build(build_dir, targets, jobs):
     return r.returncode, r.stdout + r.stderr
 
 
-def run_test(binary, mut, timeout):
+def run_test(binary, mut, timeout, tool=None):
     cmd = [str(binary), "--gtest_brief=1"]
+    if tool:  # compute-sanitizer on the GPU: memcheck, racecheck or initcheck
+        cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99",
+               "--print-limit", "4"] + (["--racecheck-report", "all"] if tool == "racecheck" else []) + cmd
     if mut.get("filter"):
         cmd.append("--gtest_filter=" + mut["filter"].strip())
     env = dict(os.environ)
@@ -192,6 +204,10 @@ def main():
     ap.add_argument("--strict", action="store_true",
                     help="pending mutants (naming awaits a feature) fail the suite too")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--gpu", metavar="MD",
+                    help="on a GPU machine: build each mutant for CUDA and run its tests plain and "
+                         "under compute-sanitizer memcheck, racecheck and initcheck; write the "
+                         "side-by-side table to MD (the emulator's verdicts come from a CPU run)")
     args = ap.parse_args()
 
     mutants_dir = ROOT / "tests" / "mutants"
@@ -209,6 +225,8 @@ def main():
             print(f"{m['name']:34} ch{m['chapter']} {m['mode']:5}  {m['why']}")
         return 0
 
+    if args.gpu:
+        return run_on_gpu(mutants, args)
     python = args.python or str(ROOT / ".venv" / "bin" / "python")
     if not Path(python).exists():
         python = shutil.which("python3") or "python3"
@@ -331,6 +349,64 @@ def main():
     print(f"{n_pass} passed, {n_fail} failed")
     hard = n_fail if args.strict else n_fail - n_pending
     return 0 if hard == 0 else 1
+
+
+def sanitizer_verdict(tool, code, out):
+    """What compute-sanitizer said: its error count and the first source line it names."""
+    m = re.search(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?|hazards?)", out)
+    count = int(m.group(2)) if m else 0
+    where = re.search(r"(?:in|at) [^\n]*?((?:solutions|tests)/[\w./-]+:\d+)", out)
+    if code == 99 or count:
+        return f"{count} {m.group(3) if m else 'errors'}" + (f" at {where.group(1)}" if where else "")
+    return "silent" if code == 0 else "silent (tests fail)"
+
+
+def run_on_gpu(mutants, args):
+    python = args.python or shutil.which("python3") or "python3"
+    work = ROOT / "build" / "mutants"
+    tree, logs = work / "tree", work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    sync_tree(tree)
+    bdir = work / "build-cuda"
+    configure(tree, bdir, "cuda", python, args.opt, logs / "configure-cuda.log")
+    targets = sorted({f"test_ch{m['chapter']}_solution" for m in mutants})
+    rc, out = build(bdir, targets, args.jobs)
+    if rc != 0:
+        sys.exit("run_mutants: the unmutated solutions do not build for CUDA\n" + out[-3000:])
+    rows = []
+    for m in sorted(mutants, key=lambda m: (m["chapter"], m["name"])):
+        target = f"test_ch{m['chapter']}_solution"
+        path = tree / m["file"]
+        original = path.read_text()
+        start = time.time()
+        verdicts = {}
+        try:
+            path.write_text(original.replace(m["find"], m["replace"], 1))
+            rc, bout = build(bdir, target, args.jobs)
+            if rc != 0:
+                verdicts = {"tests": "BUILD FAILED"}
+            else:
+                for tool in (None, "memcheck", "racecheck", "initcheck"):
+                    code, out, timed_out = run_test(bdir / target, m, args.timeout, tool)
+                    (logs / f"{m['name']}.cuda-{tool or 'plain'}.log").write_text(out)
+                    if tool is None:
+                        verdicts["tests"] = ("time-out" if timed_out else
+                                             "fail" if code != 0 else "pass")
+                    else:
+                        verdicts[tool] = "time-out" if timed_out else sanitizer_verdict(tool, code, out)
+        finally:
+            path.write_text(original)
+        rows.append((m, verdicts))
+        print(f"   {m['name']:30} {time.time() - start:5.0f}s  " +
+              "  ".join(f"{k}: {v}" for k, v in verdicts.items()), flush=True)
+    lines = ["| mutant | tests on the GPU | memcheck | racecheck | initcheck |",
+             "|---|---|---|---|---|"]
+    for m, v in rows:
+        lines.append(f"| {m['name']} | " + " | ".join(
+            v.get(k, "-") for k in ("tests", "memcheck", "racecheck", "initcheck")) + " |")
+    Path(args.gpu).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -60,9 +61,30 @@ std::string function_name(std::string s) {
   return s;
 }
 
+namespace {
+std::vector<std::string> ask_addr2line(const std::vector<void*>& pcs);
+}  // namespace
+
 // From the binary's line table, by asking addr2line (binutils, installed with g++): one
-// call for all the addresses, as each call reads the whole line table.
+// call for all the addresses not asked before, as each call reads the whole line table.
 std::vector<std::string> source_lines(const std::vector<void*>& pcs) {
+  static std::mutex mutex;
+  static std::map<void*, std::string> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<void*> ask;
+  for (void* pc : pcs)
+    if (!known.count(pc)) ask.push_back(pc);
+  if (!ask.empty()) {
+    const std::vector<std::string> lines = ask_addr2line(ask);
+    for (size_t i = 0; i < ask.size(); ++i) known[ask[i]] = lines[i];
+  }
+  std::vector<std::string> out;
+  for (void* pc : pcs) out.push_back(known[pc]);
+  return out;
+}
+
+namespace {
+std::vector<std::string> ask_addr2line(const std::vector<void*>& pcs) {
   std::vector<std::string> out(pcs.size());
   Dl_info info;
   if (pcs.empty() || !dladdr(pcs[0], &info) || !info.dli_fname) return out;
@@ -102,6 +124,7 @@ std::vector<std::string> source_lines(const std::vector<void*>& pcs) {
   pclose(p);
   return out;
 }
+}  // namespace
 
 std::string source_line(void* pc) { return source_lines({pc})[0]; }
 

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cstring>
 #include <set>
-#include <string>
 #include <vector>
 
 #include "block.h"
@@ -168,12 +167,14 @@ struct Next {
   void (*write[17])(void*) = {};
   void (*read_range)(void*, unsigned long) = nullptr;
   void (*write_range)(void*, unsigned long) = nullptr;
-  Next() {
+  Next() {  // nothing here may call instrumented code (std::string may be): it would recurse
     using emu::initcheck::real;
-    for (int n : {1, 2, 4, 8, 16}) {
-      read[n] = real<void (*)(void*)>(("__tsan_read" + std::to_string(n)).c_str());
-      write[n] = real<void (*)(void*)>(("__tsan_write" + std::to_string(n)).c_str());
-    }
+    using Fn = void (*)(void*);
+    read[1] = real<Fn>("__tsan_read1"), write[1] = real<Fn>("__tsan_write1");
+    read[2] = real<Fn>("__tsan_read2"), write[2] = real<Fn>("__tsan_write2");
+    read[4] = real<Fn>("__tsan_read4"), write[4] = real<Fn>("__tsan_write4");
+    read[8] = real<Fn>("__tsan_read8"), write[8] = real<Fn>("__tsan_write8");
+    read[16] = real<Fn>("__tsan_read16"), write[16] = real<Fn>("__tsan_write16");
     read_range = real<void (*)(void*, unsigned long)>("__tsan_read_range");
     write_range = real<void (*)(void*, unsigned long)>("__tsan_write_range");
   }
