@@ -204,6 +204,9 @@ def main():
     ap.add_argument("--strict", action="store_true",
                     help="pending mutants (naming awaits a feature) fail the suite too")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--record", metavar="DIR",
+                    help="write DIR/mutant-NAME.txt for each mutant: the bug as a diff and the "
+                         "first lines of what the student sees (the book includes these)")
     ap.add_argument("--gpu", metavar="MD",
                     help="on a GPU machine: build each mutant for CUDA and run its tests plain and "
                          "under compute-sanitizer memcheck, racecheck and initcheck; write the "
@@ -319,6 +322,8 @@ def main():
                        + "".join(f"expect NOT matched: {rx}\n" for rx in missing)
                        + "-" * 60 + "\n" + out)
         results.append((m, caught, named, secs, status, missing, pending))
+        if args.record and not status.startswith("BUILD"):
+            record(Path(args.record), m, out, tree)
         mark = "yes" if caught else "NO"
         print(f"   {m['name']:34} {m['ran_as']:5}  caught {mark:3}  named {'yes' if named else 'NO':3}"
               f"  {secs:6.1f}s  {status}", flush=True)
@@ -351,11 +356,34 @@ def main():
     return 0 if hard == 0 else 1
 
 
+# Where the story starts in a test's output: the emulator's own report, or the first
+# comparison that failed.
+REPORT_START = re.compile(r"emulator (racecheck|initcheck|memcheck)|emulator:|differ|Failure")
+
+
+def record(directory, m, out, tree):
+    """The book's excerpt: the planted bug as a diff, then what `make check-solution-N` (or
+    test-solution-N) printed, from the first report on, with the scratch paths removed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    verb = "check" if m["ran_as"] == "check" else "test"
+    lines = [f"$ make {verb}-solution-{int(m['chapter'])}    # with this bug planted in {m['file']}"]
+    lines += ["- " + l for l in m["find"].splitlines()] + ["+ " + l for l in m["replace"].splitlines()]
+    lines.append("")
+    text = out.replace(str(tree) + "/", "")
+    body = text.splitlines()
+    start = next((i for i, l in enumerate(body) if REPORT_START.search(l)), 0)
+    shown = [l for l in body[start:start + 24] if not l.startswith("Running main()")]
+    lines += shown
+    if start + 24 < len(body):
+        lines.append("[...]")
+    (directory / f"mutant-{m['name']}.txt").write_text("\n".join(lines) + "\n")
+
+
 def sanitizer_verdict(tool, code, out):
     """What compute-sanitizer said: its error count and the first source line it names."""
     m = re.search(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?|hazards?)", out)
     count = int(m.group(2)) if m else 0
-    where = re.search(r"(?:in|at) [^\n]*?((?:solutions|tests)/[\w./-]+:\d+)", out)
+    where = re.search(r" in ([\w./-]+\.cuh?:\d+)", out)
     if code == 99 or count:
         return f"{count} {m.group(3) if m else 'errors'}" + (f" at {where.group(1)}" if where else "")
     return "silent" if code == 0 else "silent (tests fail)"
