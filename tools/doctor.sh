@@ -113,6 +113,16 @@ sanitizer=$(command -v compute-sanitizer 2>/dev/null ||
 if [ -n "$sanitizer" ]; then ok "compute-sanitizer $sanitizer (optional)"
 else optional "compute-sanitizer not found (optional: checks GPU memory errors; part of the CUDA toolkit)"; fi
 
+# Checked mode (make check-chapter-N) compiles kernels with ThreadSanitizer and names lines
+# with addr2line: both come with g++ on Debian (libtsan2, binutils).
+if echo 'int main(){}' | g++ -x c++ -fsanitize=thread -o /dev/null - >/dev/null 2>&1 &&
+   command -v addr2line >/dev/null 2>&1; then
+    ok "ThreadSanitizer and addr2line (for make check-chapter-N)"
+else
+    optional "ThreadSanitizer (g++ -fsanitize=thread) or addr2line missing: make check-chapter-N needs them" \
+             "fix: apt-get install libtsan2 binutils (they come with g++ on Debian)"
+fi
+
 if backend=$(bash tools/detect_backend.sh 2>&1); then
     if [ -n "${BACKEND:-}" ]; then why="set by BACKEND"
     elif [ "$backend" = cuda ]; then why="nvcc and a GPU found"
