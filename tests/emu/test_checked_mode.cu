@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/compare.h"  // pa::test::error_of
 #include "pa/device_buffer.h"
 #include "pa/launch.h"
 
@@ -15,15 +16,7 @@ namespace {
 
 std::string file_line(int line) { return "test_checked_mode.cu:" + std::to_string(line); }
 
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const pa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using pa::test::error_of;
 
 // ---- Divergent shuffle: some lanes take a branch with a shuffle in it; the others meet
 // them at the next __syncwarp, which has the same mask. Without the call-site check the
