@@ -15,6 +15,7 @@ when the test fails (CAUGHT) and every `expect` regex matches its output (NAMED)
 each run is kept in build/mutants/logs/NAME.log. The file format is in tests/mutants/README.md.
 """
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -160,6 +161,18 @@ def configure(tree, build_dir, mode, python, opt, log):
                  + (r.stdout + r.stderr)[-3000:])
 
 
+@contextlib.contextmanager
+def planted(tree, m):
+    """The mutant's change in the scratch tree, undone afterwards whatever happens."""
+    path = tree / m["file"]
+    original = path.read_text()
+    path.write_text(original.replace(m["find"], m["replace"], 1))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
 def build(build_dir, targets, jobs):
     targets = [targets] if isinstance(targets, str) else targets
     r = subprocess.run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *targets],
@@ -288,12 +301,9 @@ def main():
         bdir = build_dirs[m["ran_as"]]
         target = f"test_ch{m['chapter']}_solution"
         log = logs / f"{m['name']}.log"
-        path = tree / m["file"]
-        original = path.read_text()
         start = time.time()
         status, out, timed_out, caught, missing = "", "", False, False, []
-        try:
-            path.write_text(original.replace(m["find"], m["replace"], 1))
+        with planted(tree, m):
             rc, bout = build(bdir, target, args.jobs)
             if rc != 0:
                 status = "BUILD FAILED"
@@ -302,8 +312,6 @@ def main():
                 code, out, timed_out = run_test(bdir / target, m, args.timeout)
                 caught = timed_out or code != 0
                 missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
-        finally:
-            path.write_text(original)
         secs = time.time() - start
         named = not missing and not status
         ok = caught and named
@@ -404,12 +412,9 @@ def run_on_gpu(mutants, args):
     rows = []
     for m in sorted(mutants, key=lambda m: (m["chapter"], m["name"])):
         target = f"test_ch{m['chapter']}_solution"
-        path = tree / m["file"]
-        original = path.read_text()
         start = time.time()
         verdicts = {}
-        try:
-            path.write_text(original.replace(m["find"], m["replace"], 1))
+        with planted(tree, m):
             rc, bout = build(bdir, target, args.jobs)
             if rc != 0:
                 verdicts = {"tests": "BUILD FAILED"}
@@ -422,8 +427,6 @@ def run_on_gpu(mutants, args):
                                              "fail" if code != 0 else "pass")
                     else:
                         verdicts[tool] = "time-out" if timed_out else sanitizer_verdict(tool, code, out)
-        finally:
-            path.write_text(original)
         rows.append((m, verdicts))
         print(f"   {m['name']:30} {time.time() - start:5.0f}s  " +
               "  ".join(f"{k}: {v}" for k, v in verdicts.items()), flush=True)

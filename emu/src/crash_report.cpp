@@ -42,6 +42,14 @@ std::string kernel_name(const void* kernel) {
   return function_name(name);
 }
 
+std::string course_path(const std::string& path) {
+  for (const char* root : {"/solutions/", "/chapters/", "/tests/", "/include/", "/emu/"}) {
+    const size_t at = path.rfind(root);
+    if (at != std::string::npos) return path.substr(at + 1);
+  }
+  return path;
+}
+
 // "void (anonymous namespace)::k<false>(float*)" -> "k<false>"
 std::string function_name(std::string s) {
   const std::string anon = "(anonymous namespace)::";
@@ -116,8 +124,7 @@ std::vector<std::string> ask_addr2line(const std::vector<void*>& pcs) {
       continue;
     }
     if (l.rfind("??", 0) == 0) continue;
-    for (const char* root : {"/solutions/", "/chapters/", "/tests/", "/include/"})
-      if (size_t at = l.rfind(root); at != std::string::npos) { l = l.substr(at + 1); break; }
+    l = course_path(l);
     if (const size_t d = l.find(" (discriminator"); d != std::string::npos) l.resize(d);
     out[k] += (out[k].empty() ? "  at " : "\n     inlined into ") + l + " (in " + fn + ")";
   }

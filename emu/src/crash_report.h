@@ -14,6 +14,8 @@ std::string kernel_name(const void* kernel);
 // the binary has no line table for it.
 std::string source_line(void* pc);
 std::vector<std::string> source_lines(const std::vector<void*>& pcs);  // one addr2line run
+// A path as the student knows it: from solutions/, chapters/, tests/, include/ or emu/ on.
+std::string course_path(const std::string& path);
 // A demangled signature cut to the function's name: "void ns::k<float>(int)" -> "ns::k<float>".
 std::string function_name(std::string signature);
 }  // namespace emu

@@ -109,8 +109,8 @@ F real(const char* name) {
 }  // namespace
 
 void begin_block(void* dynamic_shared, size_t bytes) {
-  uintptr_t lo, hi;
-  program_tls(&lo, &hi);
+  thread_local uintptr_t lo = 0, hi = 0;  // this worker's TLS does not move: look once
+  if (!hi) program_tls(&lo, &hi);
   tl_static.reset(lo, hi);
   // The built-in variables are written by the emulator, which TSan does not see.
   for (const void* v : {static_cast<const void*>(&threadIdx), static_cast<const void*>(&blockIdx),

@@ -65,15 +65,6 @@ std::string base_path() {
   return std::string(dir && *dir ? dir : "/tmp") + "/pa-emu-racecheck";
 }
 
-// A path as the student knows it: from solutions/, chapters/, tests/ or include/ on.
-std::string short_path(const std::string& path) {
-  for (const char* root : {"/solutions/", "/chapters/", "/tests/", "/include/", "/emu/"}) {
-    const size_t at = path.rfind(root);
-    if (at != std::string::npos) return path.substr(at + 1);
-  }
-  return path;
-}
-
 bool is_course_code(const std::string& path) {
   return path.find("/usr/") != 0 && path.find("/emu/src/") == std::string::npos &&
          path.find("include/pa/launch.h") == std::string::npos &&
@@ -126,13 +117,8 @@ bool parse_frame(const std::string& line, std::string* out, bool* course) {
     *out = placed;
     return true;
   }
-  std::string fn = m[1].str();
-  const size_t paren = fn.find('(');
-  if (paren != std::string::npos) fn = fn.substr(0, paren);
-  const size_t lt = fn.find('<');
-  if (lt != std::string::npos) fn = fn.substr(0, lt);
   *course = is_course_code(m[2].str());
-  *out = short_path(m[2].str()) + ":" + m[3].str() + " (in " + fn + ")";
+  *out = course_path(m[2].str()) + ":" + m[3].str() + " (in " + function_name(m[1].str()) + ")";
   return true;
 }
 
@@ -230,7 +216,7 @@ std::string describe(const Race& r, const char* kernel, const Moment* moment) {
   } else {
     if (moment && moment->interval > 0)
       os << "  Both fall in barrier interval " << moment->interval << " of the block (after the "
-         << "__syncthreads at " << short_path(moment->file) << ":" << moment->line
+         << "__syncthreads at " << course_path(moment->file) << ":" << moment->line
          << "), so no barrier separates them.\n";
     else if (moment)
       os << "  Both fall before the block's first __syncthreads, so no barrier separates them.\n";
