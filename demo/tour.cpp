@@ -18,6 +18,8 @@
 #include "pa/ch05_paged_attention_v2.h"
 #include "pa/ch06_fp8.h"
 #include "pa/ch07_cow.h"
+#include "pa/ch08_prefill.h"
+#include "pa/ch10_varlen.h"
 #include "pa/dtype.h"
 
 namespace {
@@ -378,6 +380,182 @@ void chapter7_sharing() {
               "copies that one block (copy_blocks) and writes into the copy.\n");
 }
 
+// A chapter 10 plan: its size, and (items) which thread block runs which work item.
+void print_plan(const pa::ch10::Plan& plan, int group, const std::vector<int>& qsl, bool items) {
+  char chunks[64];
+  if (plan.chunk_tokens > 0)
+    std::snprintf(chunks, sizeof chunks, "chunks of %d KV tokens", plan.chunk_tokens);
+  else
+    std::snprintf(chunks, sizeof chunks, "a fair share of %.0f cost units each", plan.target_cost);
+  std::printf("  grid %d thread blocks, %s: %zu items, %d split tile%s, %lld partial rows\n",
+              plan.grid, chunks, plan.items.size(), plan.num_counters,
+              plan.num_counters == 1 ? "" : "s", (long long)plan.partial_rows);
+  if (!items) return;
+  std::printf("  | thread block | seq | kv head | new tokens | KV positions | split  |\n");
+  std::printf("  |-------------:|----:|--------:|------------|--------------|-------:|\n");
+  for (int c = 0; c < plan.grid; ++c)
+    for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i) {
+      const pa::ch10::WorkItem& w = plan.items[i];
+      const int rows = std::min(pa::ch10::kTileRows, (qsl[w.seq + 1] - qsl[w.seq]) * group - w.row0);
+      char tokens[32], kv[32], split[16];
+      std::snprintf(tokens, sizeof tokens, "%d..%d", w.row0 / group, (w.row0 + rows - 1) / group);
+      std::snprintf(kv, sizeof kv, "%d..%d", w.kv_begin, w.kv_end - 1);
+      std::snprintf(split, sizeof split, "%d of %d", w.split + 1, w.num_splits);
+      std::printf("  | %12d | %3d | %7d | %-10s | %-12s | %6s |\n", c, w.seq, w.kv_head, tokens, kv,
+                  split);
+    }
+}
+
+// Chapter 10: one launch for a mixed batch. Three decodes, a speculative-decoding
+// verification of 3 tokens and a prefill chunk over a cached prefix, planned on the host
+// and run by the varlen kernel; checked against chapter 8's prefill kernel, which
+// computes the same thing one (token, query head) per thread block. Then the planner
+// alone on the book's worked example.
+void chapter10_varlen(bool on_gpu) {
+  banner(10, "varlen attention: one launch for the whole batch");
+  const int bs = 16, Hq = 8, Hkv = 2, D = 64, G = Hq / Hkv;
+  struct Seq { const char* what; int cached, fresh; };
+  const std::vector<Seq> batch = {{"decode", 36, 1},
+                                  {"decode", 15, 1},
+                                  {"decode", 69, 1},
+                                  {"speculative verification", 40, 3},
+                                  {"prefill chunk over a cached prefix", 32, 24}};
+  const int B = int(batch.size());
+  std::vector<int> seq_lens(B), qsl(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    seq_lens[b] = batch[b].cached + batch[b].fresh;
+    qsl[b + 1] = qsl[b] + batch[b].fresh;
+  }
+  const int T = qsl[B];
+  int M = 0;
+  for (int len : seq_lens) M = std::max(M, (len + bs - 1) / bs);
+  const pa::ch02::PoolShape ps{48, bs, Hkv, D};
+  // Every block of every sequence, from a shuffled pool; the table's padding stays -1.
+  std::mt19937 rng(10);
+  std::vector<int> free_ids(ps.num_blocks);
+  for (int i = 0; i < ps.num_blocks; ++i) free_ids[i] = i;
+  std::shuffle(free_ids.begin(), free_ids.end(), rng);
+  std::vector<int> table(size_t(B) * M, -1);
+  std::vector<int64_t> slots;
+  int next = 0;
+  for (int b = 0; b < B; ++b) {
+    for (int j = 0; j < (seq_lens[b] + bs - 1) / bs; ++j) table[b * M + j] = free_ids[next++];
+    for (int t = 0; t < seq_lens[b]; ++t)
+      slots.push_back(int64_t(table[b * M + t / bs]) * bs + t % bs);
+  }
+  // K and V of every token (cached prefix and this step's tokens alike: the step's were
+  // written by reshape_and_cache before attention, as in chapter 8), and the new queries.
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const size_t row = size_t(Hkv) * D;
+  std::vector<pa::half> k(slots.size() * row), v(slots.size() * row), qh(size_t(T) * Hq * D);
+  for (auto* x : {&k, &v, &qh})
+    for (auto& e : *x) e = pa::from_float<pa::half>(normal(rng));
+  pa::ch02::KVPool<pa::half> pool(ps);
+  pa::DeviceBuffer<pa::half> dk(k), dv(v), q(qh), out(qh.size()), ref(qh.size());
+  pa::DeviceBuffer<int64_t> dslots(slots);
+  pa::ch02::reshape_and_cache<pa::half>(ps, dk.get(), dv.get(), int(slots.size()), pool.k.get(),
+                                        pool.v.get(), dslots.get());
+  pa::DeviceBuffer<int> dtable(table), dlens(seq_lens), dqsl(qsl);
+  const float scale = 1.f / std::sqrt(float(D));
+
+  std::printf("A batch of %d sequences, %d new tokens in all (%d query heads over %d KV heads, "
+              "head size %d):\n",
+              B, T, Hq, Hkv, D);
+  for (int b = 0; b < B; ++b)
+    std::printf("  sequence %d: %-35s %2d new token%s over %2d cached (seq_len %d)\n", b,
+                batch[b].what, batch[b].fresh, batch[b].fresh == 1 ? " " : "s", batch[b].cached,
+                seq_lens[b]);
+
+  // Chapter 8's kernel: the answer to compare with.
+  const pa::ch08::PrefillShape p8{B, T, Hq, Hkv, D, bs, ps.num_blocks, M};
+  pa::ch08::prefill_attention<pa::half>(p8, ref.get(), q.get(), pool.k.get(), pool.v.get(),
+                                        dtable.get(), dlens.get(), dqsl.get(), scale);
+  const std::vector<pa::half> want = ref.download();
+  auto max_diff = [&](const std::vector<pa::half>& got) {
+    double m = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      m = std::max(m, double(std::fabs(pa::to_float(got[i]) - pa::to_float(want[i]))));
+    return m;
+  };
+
+  const pa::ch10::VarlenShape vs{B, T, Hq, Hkv, D, bs, ps.num_blocks, M};
+  pa::ch10::VarlenAttention attn;
+  bool ok = true;
+  for (int chunk : {0, 32}) {
+    attn.plan(vs, pa::DType::fp16, pa::ch10::CacheType::model_dtype, seq_lens, qsl, chunk);
+    attn.run<pa::half>(out.get(), q.get(), pool.k.get(), pool.v.get(), dtable.get(), dlens.get(),
+                       dqsl.get(), scale);
+    const double e = max_diff(out.download());
+    if (chunk == 0)
+      std::printf("\nThe plan for one wave of this %s (one launch per layer runs it):\n",
+                  on_gpu ? "GPU" : "emulator");
+    else
+      std::printf("\nThe same batch with the KV cut into chunks of 32 tokens (forced), so that "
+                  "some tiles\nare split and the last item of each merges the partial results:\n");
+    print_plan(attn.host_plan(), G, qsl, chunk == 0);
+    std::printf("  max |difference| vs chapter 8's prefill kernel: %.2e (%s)\n", e,
+                e < 5e-3 ? "ok" : "TOO LARGE");
+    ok = ok && e < 5e-3;
+  }
+
+  // The same kernel on chapter 6's e4m3 copy of the cache.
+  const float k_scale = 0.05f, v_scale = 0.03f;
+  pa::ch06::Fp8Pool fp8(ps, k_scale, v_scale);
+  pa::ch06::reshape_and_cache_fp8<pa::half>(ps, dk.get(), dv.get(), int(slots.size()), fp8.k.get(),
+                                            fp8.v.get(), dslots.get(), fp8.k_scale.get(),
+                                            fp8.v_scale.get());
+  attn.plan(vs, pa::DType::fp16, pa::ch10::CacheType::fp8_e4m3, seq_lens, qsl);
+  attn.run_fp8<pa::half>(out.get(), q.get(), fp8.k.get(), fp8.v.get(), dtable.get(), dlens.get(),
+                         dqsl.get(), fp8.k_scale.get(), fp8.v_scale.get(), scale);
+  const double e8 = max_diff(out.download());
+  std::printf("\nThe same batch on an fp8 (e4m3) copy of the cache, same kernel: max |difference|\n"
+              "vs chapter 8 on the fp16 cache %.2e (e4m3 keeps 3 mantissa bits).\n",
+              e8);
+  ok = ok && e8 < 0.1;
+
+  // The planner alone (a host function): the book's worked example, one long decode among
+  // short ones, on this GPU's wave or (on the emulator) on an H100's: 132 SMs x
+  // kH100BlocksPerSm resident thread blocks of the fp16, D = 128 kernel (its registers
+  // leave no room for a third).
+  {
+    constexpr int kH100BlocksPerSm = 2;
+    const int grid = on_gpu ? pa::ch10::wave_size(pa::DType::fp16,
+                                                  pa::ch10::CacheType::model_dtype, 128)
+                            : 132 * kH100BlocksPerSm;
+    const int nseq = 64, group = 32 / 8;
+    std::vector<int> lens(nseq, 1024), starts(nseq + 1);
+    lens[0] = 32768;
+    for (int b = 0; b <= nseq; ++b) starts[b] = b;  // one new token each
+    const pa::ch10::VarlenShape big{nseq, nseq, 32, 8, 128, 16, 1 << 20, 32768 / 16};
+    const pa::ch10::Plan plan = pa::ch10::make_plan(big, lens, starts, grid);
+    std::vector<double> load(grid, 0.0);
+    double total = 0;
+    int long_items = 0, long_chunk = 0;
+    for (int c = 0; c < grid; ++c)
+      for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i) {
+        const pa::ch10::WorkItem& w = plan.items[i];
+        const double cost = pa::ch10::item_cost(w.kv_end - w.kv_begin, group);
+        load[c] += cost;
+        total += cost;
+        if (w.seq == 0) ++long_items;
+        if (w.seq == 0 && w.split == 0) long_chunk = w.kv_end - w.kv_begin;
+      }
+    const double busiest = *std::max_element(load.begin(), load.end());
+    const double unsplit = pa::ch10::item_cost(32768, group);
+    char where[64] = "";
+    if (!on_gpu) std::snprintf(where, sizeof where, " (an H100's: 132 x %d)", kH100BlocksPerSm);
+    std::printf("\nThe planner alone: one decode at 32,768 tokens and %d at 1,024 (32/8 heads, head\n"
+                "size 128, block size 16) on a wave of %d thread blocks%s:\n"
+                "  %zu items: each of the %d long tiles (one per KV head) cut into chunks of %d\n"
+                "  tokens, %d items in all; the short tiles whole\n"
+                "  the busiest thread block's load is %.2fx the average; without splitting, one\n"
+                "  thread block would carry %.1fx the average (a KV head of the long sequence)\n",
+                nseq - 1, grid, where, plan.items.size(), plan.num_counters, long_chunk, long_items,
+                busiest / (total / grid), unsplit / (total / grid));
+  }
+  if (!ok) std::exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -408,8 +586,11 @@ int main(int argc, char** argv) {
     }
     if (shows(only, {2, 3, 4, 5, 6})) paged_decode_demo(only);
     if (shows(only, {7})) chapter7_sharing();
+    if (!only)
+      std::printf("\n== Chapters 8 and 9: the serving loop runs in make demo; the performance\n"
+                  "   ladder is measured on a GPU (bench/bench_ch09, tools/gpu_check.sh).\n");
+    if (shows(only, {10})) chapter10_varlen(on_gpu);
     if (!only) {
-      std::printf("\n== Chapters 8-9 (the serving loop, performance engineering) are not written yet.\n");
       std::printf("\nNext: make test-chapter-1 (your code; red until the TODOs are done).\n");
     }
   } catch (const std::exception& e) {

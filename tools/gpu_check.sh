@@ -3,8 +3,11 @@
 # racecheck, the tour and the benchmarks. Results go to $OUT (default: build/gpu-check):
 # summary.txt, the benchmarks' bench_*.md/csv in results.tgz, every log in logs.tgz.
 #   usage: bash tools/gpu_check.sh [ARCH] [PART]   (ARCH default 90; PART all, tests,
-#          sanitize or bench: a lent GPU limits one command's time, so the parts can run
-#          apart; each builds first, which is quick once the build exists)
+#          sanitize, bench or ch10: a lent GPU limits one command's time, so the parts can
+#          run apart; each builds first, which is quick once the build exists; ch10 is
+#          bench_ch10 and the FlashInfer baselines alone, which bench also runs)
+# The FlashInfer baselines need .whl/ from tools/fetch_flashinfer.sh (run where PyPI is
+# reachable; carry .whl to the GPU machine); without it they skip and say so.
 set -uo pipefail
 arch=${1:-90}
 part=${2:-all}
@@ -25,7 +28,9 @@ run() {  # run NAME COMMAND...: log to $out/NAME.log, remember pass/fail
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 run configure cmake -S . -B $build -G Ninja -DPA_BACKEND=cuda -DCMAKE_CUDA_ARCHITECTURES=$arch \
     -DPA_PYTHON=python3 -DCMAKE_BUILD_TYPE=Release
-run build cmake --build $build -j 16
+targets=()
+[ "$part" = ch10 ] && targets=(--target bench_ch10)  # the ch10 part needs only its bench
+run build cmake --build $build -j 16 ${targets[@]+"${targets[@]}"}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 run test_common $build/test_common
 run test_emu $build/tests/emu/test_emu
@@ -75,6 +80,25 @@ done
 # script skips, and says so, where torch or CUDA is missing.
 run bench_torch_selftest python3 bench/bench_torch.py --self-test
 run bench_torch python3 bench/bench_torch.py --csv "$results/bench_torch.csv" --md "$results/bench_torch.md"
+fi
+if [ "$part" = ch10 ]; then
+run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"
+fi
+if { [ "$part" = all ] || [ "$part" = bench ] || [ "$part" = ch10 ]; } && [ "${FLASHINFER_PART:-all}" != none ]; then
+# FlashInfer's baselines of chapter 10 (its decode and prefill wrappers, SDPA's causal
+# prefill, FlexAttention paged decode), from the offline wheels in .whl/ if they are there;
+# FlashInfer compiles its kernels with this machine's nvcc at first use (a few minutes).
+if ls .whl/flashinfer_python-*.whl > /dev/null 2>&1; then
+    run flashinfer_install python3 -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target /tmp/flashinfer-site .whl/*.whl
+    export PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+# FLASHINFER_PART=decode, prefill or flex runs one part, none skips FlashInfer (default
+# all: over 10 minutes on a fresh machine, most of it FlashInfer's JIT). The self-test
+# runs second: its tiny FlashInfer runs reuse the modules the benchmark built.
+run bench_flashinfer python3 bench/bench_flashinfer.py --part "${FLASHINFER_PART:-all}" \
+    --csv "$results/bench_flashinfer.csv" --md "$results/bench_flashinfer.md"
+run bench_flashinfer_selftest python3 bench/bench_flashinfer.py --self-test
 fi
 echo
 printf '%s\n' "${summary[@]}" | tee "$top/summary.txt"

@@ -1,0 +1,121 @@
+"""Draw chapter 10's benchmark plots from the CSV files bench_ch10 and bench_flashinfer.py write.
+
+    python bench/plot_ch10.py OUT_PREFIX bench/results/ch10-varlen.csv bench/results/flashinfer-baselines.csv
+
+Two files: OUT_PREFIX-decode.svg, one group of bars per decode-like case (decode, e4m3,
+speculative decoding, mixed steps), one bar per kernel, the percentage of the read ceiling
+measured in the same run as bench/plot.py draws it; and OUT_PREFIX-prefill.svg, TFLOP/s of
+the prefill chunks from the -flops.csv files beside the given ones. Only the kernels worth
+comparing are drawn (chapter 10, chapter 9, FlashInfer's best, SDPA); every number comes
+from the CSVs; nothing is typed in.
+"""
+
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot import load  # noqa: E402  (rows of the read ceiling, in file order)
+
+# One bar per series; a series takes the first of its kernels that a case has (each case
+# has at most one of them: the fp16 or the e4m3 kernel, decode or prefill wrapper).
+DECODE_SERIES = {
+    "chapter 10 (varlen)": ["ch10 varlen", "ch10 varlen e4m3"],
+    "chapter 9 (tensor_core decode)": ["ch09 tensor_core", "ch09 fp8 (tensor_core)"],
+    "FlashInfer (best of its kernels)": [
+        "FlashInfer decode (best)",
+        "FlashInfer decode e4m3 (tensor cores)",
+        "FlashInfer prefill (best)",
+    ],
+}
+PREFILL_SERIES = {
+    "chapter 10 (varlen)": ["ch10 varlen"],
+    "FlashInfer prefill (best of fa2, fa3)": ["FlashInfer prefill (best)"],
+    "torch SDPA flash (dense)": ["torch SDPA (dense, flash, causal)"],
+    "torch SDPA cuDNN (dense)": ["torch SDPA (dense, cudnn, causal)"],
+}
+
+
+def flops_path(path):
+    root, ext = os.path.splitext(path)
+    return root + "-flops" + ext
+
+
+def load_flops(paths):
+    rows = []
+    for path in paths:
+        p = flops_path(path)
+        if os.path.exists(p):
+            with open(p, newline="") as f:
+                rows += list(csv.DictReader(f))
+    return rows
+
+
+def bars(rows, series, value, xlabel, title, out_path, limit=None):
+    """Horizontal grouped bars: one group per case (top to bottom in file order), one bar
+    per series present."""
+    wanted = {k for ks in series.values() for k in ks}
+    rows = [r for r in rows if r["kernel"] in wanted]
+    cases = list(dict.fromkeys(r["shape"] for r in rows))
+    if not cases:
+        return False
+    vals = {}
+    for name, kernels in series.items():
+        for case in cases:
+            for k in kernels:
+                got = [float(r[value]) for r in rows if r["kernel"] == k and r["shape"] == case]
+                if got:
+                    vals.setdefault(name, {})[case] = got[0]
+                    break
+    present = [n for n in series if n in vals]
+    height = 0.8 / max(1, len(present))
+    fig, ax = plt.subplots(figsize=(10, 0.18 * len(cases) * max(2, len(present)) + 1.5))
+    for i, name in enumerate(present):
+        ys = [c + (i - (len(present) - 1) / 2) * height for c in range(len(cases))]
+        ax.barh(ys, [vals[name].get(s, 0.0) for s in cases], height, label=name)
+    ax.set_yticks(range(len(cases)), cases, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    if limit:
+        ax.set_xlim(0, limit)
+        ax.axvline(100, color="grey", linewidth=0.8)
+    device = rows[0].get("device", "")
+    ax.set_title(title.format(device=device))
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out_path, metadata={"Date": None})  # no date: the same CSV gives the same file
+    plt.close(fig)
+    return True
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.exit("usage: plot_ch10.py OUT_PREFIX RESULTS.csv [RESULTS.csv ...]")
+    prefix, paths = argv[1], argv[2:]
+    bars(
+        load(paths),
+        DECODE_SERIES,
+        "pct",
+        "% of the read ceiling (bytes that must move / time)",
+        "Varlen paged attention, decode-like batches, on {device}",
+        prefix + "-decode.svg",
+        limit=105,
+    )
+    chunks = [r for r in load_flops(paths) if " chunk " in r["shape"]]
+    bars(
+        chunks,
+        PREFILL_SERIES,
+        "tflops",
+        "TFLOP/s (causal FLOPs counted exactly)",
+        "Prefill chunks (Hq/Hkv 32/8, D 128) on {device}",
+        prefix + "-prefill.svg",
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,109 @@
+// Your exercise file. (Generated from solutions/10-varlen-attention/plan.cpp; instructors regenerate with tools/make_skeletons.py.)
+// Chapter 10, exercises 1 and 2 of 4: the planner. On the host, once per engine step, it turns the
+// batch's lengths into work items of similar cost and deals them to a fixed grid of one GPU
+// wave, so that one 32K sequence beside sixty short ones keeps every SM busy to the end.
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <queue>
+#include <utility>
+
+#include "pa/ch10_varlen.h"
+
+namespace pa::ch10 {
+
+// ANCHOR: item_cost
+// Streaming a KV token costs the same for any number of rows (decode is bound by memory);
+// the tensor-core work grows with the rows once the tile has more than one warp's worth.
+// The fixed part is the item's start: loading its queries, filling the pipeline.
+double item_cost(int kv_tokens, int rows) { return kv_tokens * (1.0 + rows / 32.0) + 64.0; }
+// ANCHOR_END: item_cost
+
+namespace {
+
+constexpr int kMinChunk = 256;  // tokens: a shorter chunk costs more in its fixed part and merge
+
+struct Tile {
+  int seq, row0, rows, kv_needed;
+};
+
+int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+}  // namespace
+
+// ANCHOR: chunking
+// The chunk a tile of `rows` rows is cut into, in tokens: about one thread block's fair share
+// of the whole step's cost (target_cost), never below kMinChunk, a multiple of kKvTile.
+int chunk_for(int rows, double target_cost) {
+  // TODO(ch10): the number of tokens whose cost, item_cost(tokens, rows), is about
+  //   target_cost -- one thread block's share of the step --, at least kMinChunk, rounded up
+  //   to a multiple of kKvTile.
+  PA_TODO("ch10");
+}
+// ANCHOR_END: chunking
+
+// ANCHOR: make_plan
+Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
+               const std::vector<int>& query_start_loc, int grid, int chunk_tokens) {
+  check_metadata(s, {}, seq_lens, query_start_loc);
+  PA_REQUIRE(grid >= 1, "make_plan: grid must be at least 1 thread block, got " << grid);
+  PA_REQUIRE(chunk_tokens >= 0, "make_plan: chunk_tokens must be >= 0, got " << chunk_tokens);
+  const int G = s.num_q_heads / s.num_kv_heads;
+
+  // Row tiles: each sequence's n_b * G rows, 64 at a time. A tile's last row decides how much
+  // of the KV it needs (causal: earlier rows need less, and mask the rest).
+  std::vector<Tile> tiles;
+  double total = 0;
+  for (int b = 0; b < s.num_seqs; ++b) {
+    const int n = query_start_loc[size_t(b) + 1] - query_start_loc[size_t(b)];
+    for (int row0 = 0; row0 < n * G; row0 += kTileRows) {
+      const int rows = std::min(kTileRows, n * G - row0);
+      const int last_token = (row0 + rows - 1) / G;
+      const int kv_needed = seq_lens[size_t(b)] - n + last_token + 1;
+      tiles.push_back({b, row0, rows, kv_needed});
+      total += item_cost(kv_needed, rows) * s.num_kv_heads;
+    }
+  }
+
+  Plan plan;
+  plan.grid = grid;
+  plan.chunk_tokens = chunk_tokens > 0 ? round_up(chunk_tokens, kKvTile) : 0;
+  plan.target_cost = total / grid;
+
+  // Items: every (tile, KV head) cut into chunks. A tile of more than one chunk gets a
+  // ticket counter and kTileRows partial rows per chunk in the workspace.
+  std::vector<double> item_costs;
+  for (const Tile& tile : tiles) {
+    const int chunk = plan.chunk_tokens > 0 ? plan.chunk_tokens : chunk_for(tile.rows, plan.target_cost);
+    const int splits = (tile.kv_needed + chunk - 1) / chunk;
+    for (int h = 0; h < s.num_kv_heads; ++h) {
+      const int counter = splits > 1 ? plan.num_counters++ : -1;
+      const int64_t base = plan.partial_rows;
+      if (splits > 1) plan.partial_rows += int64_t(kTileRows) * splits;
+      PA_REQUIRE(base <= INT32_MAX, "make_plan: the step needs more than 2^31 partial rows");
+      for (int p = 0; p < splits; ++p)
+        plan.items.push_back({tile.seq, h, tile.row0, p * chunk,
+                              std::min(tile.kv_needed, (p + 1) * chunk), p, splits, int(base),
+                              counter});
+      for (int p = 0; p < splits; ++p)
+        item_costs.push_back(item_cost(std::min(tile.kv_needed, (p + 1) * chunk) - p * chunk, tile.rows));
+    }
+  }
+
+  // ANCHOR: balance
+  // Dealing: longest item first, each to the thread block with the least work so far (LPT,
+  // within 4/3 of the best possible makespan). Ties go to the lower index: deterministic.
+  std::vector<int> order(plan.items.size());
+  std::iota(order.begin(), order.end(), 0);
+  // TODO(ch10): deal the items to the plan.grid thread blocks: sort them by cost (item_costs),
+  //   largest first, and give each in turn to the block with the least total cost so far (the
+  //   lowest index among equals). Then fill plan.items (reordered: block 0's items first, in
+  //   the order they were dealt, then block 1's, ...) and plan.cta_start [grid + 1], so that
+  //   block c runs items cta_start[c] .. cta_start[c + 1] - 1.
+  PA_TODO("ch10");
+  // ANCHOR_END: balance
+  return plan;
+}
+// ANCHOR_END: make_plan
+
+}  // namespace pa::ch10

@@ -1,0 +1,462 @@
+// Your exercise file. (Generated from solutions/10-varlen-attention/varlen_kernel.cuh; instructors regenerate with tools/make_skeletons.py.)
+// Chapter 10, exercises 3 and 4 of 4: the varlen kernel. One thread block runs the work items
+// the plan dealt it, one after another. An item is a tile of 64 query rows of one sequence
+// and one KV head -- (new token, query head) pairs, row i * G + h -- over a chunk of that
+// sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one row tile of the tensor
+// cores. The four warps stream the chunk's K and V together, 32 tokens per stage, through
+// a ring of shared-memory stages filled by cp.async: every byte is loaded once and serves
+// all the tile's rows -- all G query heads of the KV head, all the tile's new tokens.
+//
+//   S = Q K^T    Q (16 rows x 16 dims) in registers is the A operand; K from shared memory
+//                the B operand (16 dims x 8 tokens).
+//   P = softmax  online, per row, in base 2; the causal mask per row.
+//   O += P V     P goes from S's accumulators straight into A registers: the token order
+//                inside each 16-token half of a stage makes lane t hold tokens 4t .. 4t+3.
+//
+// A decode is the case of one new token: the tile has G rows, warp 0 computes and the four
+// warps keep the loads in flight. Nothing else changes.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "reduce_partitions.cuh"  // chapter 5: merge_partitions
+#include "tc_block.cuh"           // chapter 9: MmaType, pack2, chunk_to_pairs, four_to_pairs
+#include "pa/async_copy.h"
+#include "pa/ch10_varlen.h"
+#include "pa/mma.h"
+
+namespace pa::ch10 {
+
+using ch09::CacheElem;
+using ch09::MmaType;
+
+constexpr int kWarps = kTileRows / 16;  // one 16-row tensor-core tile per warp
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Everything a launch passes to the kernel. C is the cache element: T, or uint8_t (e4m3).
+template <typename T, typename C>
+struct VarlenArgs {
+  T* out;
+  const T* q;
+  const C *k_pool, *v_pool;
+  const int *block_table, *seq_lens, *query_start_loc;
+  const WorkItem* items;
+  const int* cta_start;
+  float *max_logits, *exp_sums, *partial_out;  // split tiles' partial results
+  int* counters;                               // split tiles' tickets (left at zero)
+  const float *k_scale, *v_scale;              // e4m3 only (device pointers); nullptr means 1
+  float scale;
+  VarlenShape s;
+};
+
+// ANCHOR: stage_layout
+// One pipeline stage in shared memory: kTokens tokens of K, then of V (64; 32 for a 16-bit
+// cache at D 256, so that two stages fit beside two more thread blocks).
+//   K: [token][pitch] 16-byte chunks (the token's D / x chunks, then padding). A pitch that
+//      is 4 mod 8 chunks puts the two tokens that one quarter-warp reads in different halves
+//      of the 32 banks, so each 16-byte load is served in one pass.
+//   V: [half][D][16]: the stage's 16-token halves, each with its D rows of 16 tokens.
+template <typename C, int D>
+struct StageLayout {
+  static constexpr int x = CacheElem<C>::x;  // cache elements per 16 bytes
+  static constexpr int kTokens = (sizeof(C) == 2 && D > 128) ? kKvTile / 2 : kKvTile;
+  static constexpr int kHalves = kTokens / 16;
+  static constexpr int kChunks = D / x;      // 16-byte K chunks per token
+  static constexpr int kPitch = kChunks + (12 - kChunks % 8) % 8;
+  static constexpr int kKBytes = kTokens * kPitch * 16;
+  static constexpr int kVBytes = D * kTokens * int(sizeof(C));
+  static constexpr int kBytes = kKBytes + kVBytes;
+};
+// ANCHOR_END: stage_layout
+
+// ANCHOR: stages
+// Stages in the ring: as many as fit in 75 KB (three thread blocks per SM), 2 to 4. A deeper
+// ring of smaller stages at two blocks per SM was slower (NOTES.md, v2).
+template <typename C, int D>
+constexpr int stages_for() {
+  constexpr int n = 75 * 1024 / StageLayout<C, D>::kBytes;
+  return n < 2 ? 2 : (n > 4 ? 4 : n);
+}
+// ANCHOR_END: stages
+
+// After the loop the ring holds the four warps' states when they split a tile's tokens:
+// o [warp][16 rows][D], then m and l [warp][16 rows] (floats).
+template <int D>
+inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
+
+// One work item (see WorkItem). Every thread of the block calls it with the same item.
+// Two ways to share the work among the four warps:
+//   rows    a tile of more than 16 rows: warp w owns rows 16 w .. 16 w + 15 and attends to
+//           every token of every stage;
+//   tokens  a tile of at most 16 rows (decodes, short verifications): the warps share rows
+//           0 .. 15 and each takes a 16-token half of every stage; their states are merged
+//           at the end, as chapter 4's warps did.
+template <typename T, typename C, int D, int kStages>
+__device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem) {
+  using L = StageLayout<C, D>;
+  using E = typename MmaType<C>::type;  // what the tensor cores multiply: T, or fp16 for e4m3
+  constexpr int x = L::x, kChunks = L::kChunks, kGroups = (kChunks + 3) / 4, kPairs = x / 2;
+  static_assert(kStages * L::kBytes >= kWarpStatesBytes<D>, "the ring holds the warps' states");
+  const VarlenShape& s = a.s;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int G = s.num_q_heads / s.num_kv_heads;
+  const int q_start = a.query_start_loc[w.seq];
+  const int n_new = a.query_start_loc[w.seq + 1] - q_start;
+  const int seq_len = a.seq_lens[w.seq];
+  const int tile_rows = min(kTileRows, n_new * G - w.row0);
+  const bool split_tokens = tile_rows <= 16;
+  const int row_warp = split_tokens ? 0 : warp;  // whose 16 rows this warp computes
+
+  // ANCHOR: row_of
+  // This lane's two rows of the warp's 16: g and g + 8. Which new token and which query
+  // head each one is, and the position that token sits at in its sequence.
+  int token[2], head[2], pos[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = w.row0 + 16 * row_warp + g + 8 * r;
+    // TODO(ch10): the row's new token (token[r]: 0 .. n_new - 1, its index among the
+    //   sequence's new tokens), its query head (head[r]: one of kv_head's G heads) and the
+    //   position of that token in the sequence (pos[r]); pos[r] = -1 for a row past the
+    //   sequence's n_new * G rows (such a row sees nothing and is never written).
+    token[r] = 0;
+    head[r] = 0;
+    pos[r] = -1;
+  }
+  // ANCHOR_END: row_of
+  // The last position any row of this warp sees: tokens past it are skipped by the warp.
+  int warp_last = max(pos[0], pos[1]);
+  for (int offset = 16; offset > 0; offset /= 2)
+    warp_last = max(warp_last, __shfl_xor_sync(kFullMask, warp_last, offset));
+
+  const int BS = s.block_size;
+  const int* table = a.block_table + int64_t(w.seq) * s.max_blocks_per_seq;
+  const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
+  const int64_t head_offset = int64_t(w.kv_head) * D * BS;
+  const int num_tiles = (w.kv_end - w.kv_begin + L::kTokens - 1) / L::kTokens;
+  auto stage_k = [&](int st) { return reinterpret_cast<uint4*>(smem + st * L::kBytes); };
+  auto stage_v = [&](int st) { return reinterpret_cast<C*>(smem + st * L::kBytes + L::kKBytes); };
+
+  // ANCHOR: load_tile
+  // Starts the copies of KV tile `tile` (tokens kv_begin + kTokens * tile ..) into its stage,
+  // and commits one cp.async group -- also when there is nothing to copy, so that "wait
+  // until at most kStages - 2 groups are pending" always means "tile i has landed".
+  auto issue = [&](int tile) {
+    if (tile < num_tiles) {
+      const int tok0 = w.kv_begin + tile * L::kTokens;
+      const int st = tile % kStages;
+      for (int tk = lane; tk < L::kTokens; tk += 32) {  // K: lanes take tokens, warps chunks
+        const int tok = tok0 + tk;
+        if (tok >= w.kv_end) break;
+        const C* src = a.k_pool + int64_t(table[tok / BS]) * block_elems + head_offset +
+                       int64_t(tok % BS) * x;
+        uint4* dst = stage_k(st) + tk * L::kPitch;
+        for (int c = warp; c < kChunks; c += kWarps) cp_async16(dst + c, src + int64_t(c) * BS * x);
+      }
+      constexpr int kPieces = L::kTokens / x;  // V: 16-byte pieces (x tokens of one row) per row
+      for (int u = threadIdx.x; u < D * kPieces; u += kWarps * 32) {
+        const int d = u / kPieces, first = u % kPieces * x;  // row d, tokens first .. first + x - 1
+        if (tok0 + first < w.kv_end) {
+          const C* src = a.v_pool + int64_t(table[(tok0 + first) / BS]) * block_elems +
+                         head_offset + int64_t(d) * BS + (tok0 + first) % BS;
+          cp_async16(stage_v(st) + (first / 16) * D * 16 + d * 16 + first % 16, src);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  // ANCHOR_END: load_tile
+
+  __syncthreads();  // the previous item's warps are done with the ring
+  for (int i = 0; i < kStages - 1; ++i) issue(i);  // the first tiles load while q does
+
+  // The queries as A fragments: qa[m][p][r] is pair p (dimensions 2p, 2p + 1) of K chunk
+  // 4m + t of row g + 8r, in the tensor cores' type. Rows past the end hold zeros.
+  uint32_t qa[kGroups][kPairs][2];
+#pragma unroll
+  for (int m = 0; m < kGroups; ++m) {
+    const int j = 4 * m + t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool ok = pos[r] >= 0 && j < kChunks;
+      const T* src = a.q + (int64_t(q_start + token[r]) * s.num_q_heads + head[r]) * D + j * x;
+#pragma unroll
+      for (int part = 0; part < x / 8; ++part) {  // 8 query values per 16-byte load
+        uint4 raw{0u, 0u, 0u, 0u};
+        if (ok) raw = *reinterpret_cast<const uint4*>(src + part * 8);
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int p = 0; p < 4; ++p)
+          qa[m][part * 4 + p][r] = ok ? ch09::pack2<E>(to_float(e[2 * p]), to_float(e[2 * p + 1])) : 0u;
+      }
+    }
+  }
+
+  // The running state of the lane's two rows: max and exp-sum (base 2), and the output
+  // o[n][i]: row g + 8 (i / 2), dimension 8 n + 2t + i % 2.
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[n][i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const float scale_log2 = a.scale * (a.k_scale ? *a.k_scale : 1.f) * 1.4426950408889634f;
+
+  // The warp attends to `nh` (1 or 2) consecutive 16-token halves of a stage, from half h0.
+  auto attend = [&](const uint4* ks, const C* vs, int tok0, int h0, int nh) {
+    const int first = tok0 + 16 * h0;
+    if (first >= w.kv_end || first > warp_last) return;  // nothing the rows may see
+
+    // ANCHOR: scores
+    // sc[q]: scores of n-tile q, whose column n is the token 16 (h0 + q / 2) + 2 (q % 2) +
+    // 4 (n / 2) + n % 2 of the stage. Lane (g, t) loads that token for n = g; its
+    // accumulators then hold rows g, g + 8 at columns 2t, 2t + 1: tokens 4t + 2 (q % 2) + {0, 1}.
+    float sc[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[q][i] = 0.f;
+#pragma unroll
+    for (int m = 0; m < kGroups; ++m) {
+      const int j = 4 * m + t;  // this lane's K chunk: the same dimensions as qa[m]
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q >= 2 * nh) break;
+        const int tk = 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * (g / 2) + g % 2;
+        uint32_t kp[kPairs];
+        if (kChunks % 4 == 0 || j < kChunks) {
+          ch09::chunk_to_pairs<C>(ks[tk * L::kPitch + j], kp);
+        } else {
+#pragma unroll
+          for (int p = 0; p < kPairs; ++p) kp[p] = 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < kPairs / 2; ++u) {
+          const uint32_t af[4] = {qa[m][2 * u][0], qa[m][2 * u][1], qa[m][2 * u + 1][0],
+                                  qa[m][2 * u + 1][1]};
+          const uint32_t bf[2] = {kp[2 * u], kp[2 * u + 1]};
+          mma_16x8x16<E>(sc[q], af, bf);
+        }
+      }
+    }
+    // ANCHOR_END: scores
+
+    // ANCHOR: online_softmax
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kpos = tok0 + 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
+        const bool in_range = q < 2 * nh;  // halves this call does not cover stay out
+        // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
+        //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
+        //   or past the item's kv_end, or after the row's own position (causal). A row with
+        //   pos -1 sees nothing. Keys of halves out of range are -INFINITY too (already done).
+        sc[q][i] = -INFINITY;
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // a row's 4 lanes hold 8 of its 32 scores each
+      float mx = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) mx = fmaxf(mx, fmaxf(sc[q][2 * r], sc[q][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+      const float m_new = fmaxf(m_run[r], mx);
+      const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no NaN from -inf - -inf
+      corr[r] = exp2f(m_run[r] - base);
+      float sum = 0.f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) sum += (sc[q][2 * r + e] = exp2f(sc[q][2 * r + e] - base));
+      l_run[r] = l_run[r] * corr[r] + sum;  // this lane's share; the row's four are added at the end
+      m_run[r] = m_new;
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[n][i] *= corr[i / 2];
+    // ANCHOR_END: online_softmax
+
+    // ANCHOR: pv
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t16 = first + 16 * h;
+      if (h >= nh || t16 >= w.kv_end || t16 > warp_last) break;  // all of P is 0 there
+      // P as the A operand: k-index 2t + e is token 4t + e, 2t + 8 + e is token 4t + 2 + e.
+      const uint32_t af[4] = {ch09::pack2<E>(sc[2 * h][0], sc[2 * h][1]),
+                              ch09::pack2<E>(sc[2 * h][2], sc[2 * h][3]),
+                              ch09::pack2<E>(sc[2 * h + 1][0], sc[2 * h + 1][1]),
+                              ch09::pack2<E>(sc[2 * h + 1][2], sc[2 * h + 1][3])};
+      uint32_t keep[2];  // zero V past the chunk's end: P is 0 there, but 0 * NaN is NaN
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int kpos = t16 + 4 * t + 2 * e;
+        keep[e] = (kpos < w.kv_end ? 0x0000ffffu : 0u) | (kpos + 1 < w.kv_end ? 0xffff0000u : 0u);
+      }
+      const C* v_half = vs + (h0 + h) * D * 16 + 4 * t;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        uint32_t vp[2];
+        ch09::four_to_pairs<C>(v_half + (8 * n + g) * 16, vp);
+        const uint32_t bf[2] = {vp[0] & keep[0], vp[1] & keep[1]};
+        mma_16x8x16<E>(o[n], af, bf);
+      }
+    }
+    // ANCHOR_END: pv
+  };
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage
+    issue(tile + kStages - 1);
+    const int tok0 = w.kv_begin + tile * L::kTokens;
+    const uint4* ks = stage_k(tile % kStages);
+    const C* vs = stage_v(tile % kStages);
+    if (split_tokens) {
+      if (warp < L::kHalves) attend(ks, vs, tok0, warp, 1);
+    } else {
+      for (int h0 = 0; h0 < L::kHalves; h0 += 2) attend(ks, vs, tok0, h0, 2);
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // the row's four lanes' exp-sums
+    l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 2);
+  }
+  // ANCHOR: merge_warps
+  // Tokens split among the warps: warp 0 takes over the four states (chapter 4's merge).
+  if (split_tokens) {
+    __syncthreads();  // every warp is done with the ring: it holds the states now
+    float* so = reinterpret_cast<float*>(smem);  // [warp][16][D]
+    float* sm = so + kWarps * 16 * D;            // [warp][16]
+    float* sl = sm + kWarps * 16;                // [warp][16]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        so[(warp * 16 + row) * D + 8 * n + 2 * t] = o[n][2 * r];
+        so[(warp * 16 + row) * D + 8 * n + 2 * t + 1] = o[n][2 * r + 1];
+      }
+      if (t == 0) {
+        sm[warp * 16 + row] = m_run[r];
+        sl[warp * 16 + row] = l_run[r];
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = g + 8 * r;
+        float M = -INFINITY;
+        for (int v = 0; v < kWarps; ++v) M = fmaxf(M, sm[v * 16 + row]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float l = 0.f, f[kWarps];
+        for (int v = 0; v < kWarps; ++v) l += sl[v * 16 + row] * (f[v] = exp2f(sm[v * 16 + row] - base));
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float sum = 0.f;
+            for (int v = 0; v < kWarps; ++v) sum += so[(v * 16 + row) * D + 8 * n + 2 * t + e] * f[v];
+            o[n][2 * r + e] = sum;
+          }
+        m_run[r] = M;
+        l_run[r] = l;
+      }
+    }
+  }
+  const bool writer = !split_tokens || warp == 0;
+  // ANCHOR_END: merge_warps
+
+  // ANCHOR: write_out
+  const float v_scale = a.v_scale ? *a.v_scale : 1.f;
+  const int Hq = s.num_q_heads;
+  if (w.num_splits == 1) {  // the whole KV of the tile: normalise and write the output
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!writer || pos[r] < 0) continue;
+      const float inv = l_run[r] == 0.f ? 0.f : v_scale / l_run[r];  // a NaN sum stays NaN
+      T* dst = a.out + (int64_t(q_start + token[r]) * Hq + head[r]) * D + 2 * t;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<uint32_t*>(dst + 8 * n) =
+            ch09::pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    }
+    return;
+  }
+  // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
+  // normalised output), rows [local row][split] so that a row's chunks are consecutive.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!writer || pos[r] < 0) continue;
+    const int64_t at = w.partial_base + int64_t(16 * row_warp + g + 8 * r) * w.num_splits + w.split;
+    const float inv = l_run[r] == 0.f ? 0.f : v_scale / l_run[r];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      a.partial_out[at * D + 8 * n + 2 * t] = o[n][2 * r] * inv;
+      a.partial_out[at * D + 8 * n + 2 * t + 1] = o[n][2 * r + 1] * inv;
+    }
+    if (t == 0) {
+      a.max_logits[at] = m_run[r] * 0.6931471805599453f;  // base 2 -> base e (-inf stays)
+      a.exp_sums[at] = l_run[r];
+    }
+  }
+  // The last chunk of the tile to finish merges them all (chapter 9's ticket). The fence
+  // makes this block's partials visible to the whole GPU before it counts.
+  __threadfence();
+  __syncthreads();
+  bool last = false;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(a.counters + w.counter, 1) == w.num_splits - 1;
+    if (last) a.counters[w.counter] = 0;  // ready for the next launch
+  }
+  if (!__syncthreads_or(last)) return;
+  __threadfence();
+  // Chapter 5's merge, in two passes: each row's weights exp_sum_p * exp(max_p - M) / L once
+  // (in the ring), then every output element is one weighted sum of its row's partials. A
+  // tile with more chunks than the ring holds weights for merges with merge_partitions itself.
+  const int S = w.num_splits;
+  float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
+  if (int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes) {
+    for (int row = threadIdx.x; row < tile_rows; row += kWarps * 32) {
+      const int64_t first = w.partial_base + int64_t(row) * S;
+      float M = -INFINITY, total = 0.f;
+      for (int p = 0; p < S; ++p) M = fmaxf(M, a.max_logits[first + p]);
+      for (int p = 0; p < S; ++p)
+        total += (weights[row * S + p] = a.exp_sums[first + p] * expf(a.max_logits[first + p] - M));
+      for (int p = 0; p < S; ++p) weights[row * S + p] /= total;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < tile_rows * D; i += kWarps * 32) {
+    const int local = i / D, d = i % D, row = w.row0 + local;
+    const int64_t first = w.partial_base + int64_t(local) * S;
+    float value = 0.f;
+    if (int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes) {
+      for (int p = 0; p < S; ++p) value += weights[local * S + p] * a.partial_out[(first + p) * D + d];
+    } else {
+      value = ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out, first, S, D, d);
+    }
+    a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + d] = from_float<T>(value);
+  }
+  // ANCHOR_END: write_out
+}
+
+// Fixed grid (the plan's); thread block c runs its items in order. Up to D = 128, at most
+// 168 registers a thread, so that three thread blocks fit on an SM (NOTES.md).
+template <typename T, typename C, int D, int kStages>
+__global__ void __launch_bounds__(kWarps * 32, D <= 128 ? 3 : 1) varlen_kernel(VarlenArgs<T, C> a) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const int end = a.cta_start[blockIdx.x + 1];
+  for (int i = a.cta_start[blockIdx.x]; i < end; ++i) {
+    const WorkItem w = a.items[i];
+    attend_item<T, C, D, kStages>(a, w, smem);
+  }
+}
+
+}  // namespace pa::ch10

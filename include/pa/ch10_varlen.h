@@ -1,0 +1,165 @@
+// Chapter 10: the kernel serving engines run today. One launch of paged attention over a
+// ragged batch: decodes (one new token), speculative-decoding verifications (a few new
+// tokens) and chunked-prefill pieces (hundreds or thousands) of many sequences together.
+//
+// The batch is described the way the field describes it:
+//   q, out           [num_tokens, Hq, D]  the new tokens of every sequence, stacked
+//   query_start_loc  [B + 1]              sequence b's new tokens are rows
+//                                         query_start_loc[b] .. query_start_loc[b + 1] - 1
+//   seq_lens         [B]                  tokens of sequence b in the cache, new ones included
+//   block_table      [B, max_blocks_per_seq], the pools in chapter 2's layouts (or chapter 6's
+//                    e4m3 bytes)
+// New token i of sequence b (n_b new tokens) sits at position seq_lens[b] - n_b + i and
+// attends causally to positions 0 .. that one (its K/V were written by
+// reshape_and_cache before the launch, as in chapter 8).
+//
+// Plan, then run. plan() runs on the host, once per engine step: it turns the batch's
+// lengths into a balanced list of work items -- (sequence, KV head, a tile of 64 query rows,
+// a chunk of the KV) -- dealt to a fixed grid of one GPU wave, and copies that list to the
+// device. run() is then called once per layer with the same plan: a fixed grid and the plan
+// in device memory, so a step can be captured in a CUDA graph and replayed. Items that split
+// one tile's KV write partial results; the last of them to finish merges them by log-sum-exp
+// (chapter 5's merge_partitions), in the same launch.
+//
+// Queries and outputs are half or bf16; the cache is the same dtype or e4m3 (run_fp8). Head
+// sizes 64, 80, 96, 112, 128, 256; block sizes 8, 16, 32 (16 and 32 for e4m3). The scores
+// and the output update run on the tensor cores (chapter 9's mma.sync tiles).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pa/backend.h"
+#include "pa/check.h"
+#include "pa/device_buffer.h"
+#include "pa/dtype.h"
+
+namespace pa::ch10 {
+
+// ANCHOR: shape
+struct VarlenShape {
+  int num_seqs;            // B
+  int num_tokens;          // new tokens of the whole batch: rows of q and out
+  int num_q_heads;         // Hq
+  int num_kv_heads;        // Hkv; Hq must be a multiple of it (GQA; Hkv = 1 is MQA)
+  int head_size;           // D: 64, 80, 96, 112, 128 or 256
+  int block_size;          // tokens per KV block: 8, 16 or 32
+  int num_blocks;          // blocks in each pool
+  int max_blocks_per_seq;  // the block table's width
+};
+// ANCHOR_END: shape
+
+// Throws pa::Error naming the problem: an unsupported head or block size, Hq not a multiple
+// of Hkv, non-positive sizes.
+void check_shape(const VarlenShape& s);
+
+// The host's check of the batch before it goes to the device: query_start_loc [B + 1] starts
+// at 0, never decreases and ends at num_tokens; every sequence has 0 <= n_b <= seq_lens[b]
+// <= max_blocks_per_seq * block_size; each used table entry is a block of the pool.
+// block_table may be empty (not checked: the caller validated it, chapter 4's DeviceBatch).
+void check_metadata(const VarlenShape& s, const std::vector<int>& block_table,
+                    const std::vector<int>& seq_lens, const std::vector<int>& query_start_loc);
+
+// ANCHOR: work_item
+// Query rows: sequence b's new token i with query head kv_head * G + h (G = Hq / Hkv) is
+// row i * G + h of that sequence, so one KV head's G query heads sit side by side and each
+// K/V byte loaded serves all of them. A tile is kTileRows consecutive rows.
+inline constexpr int kTileRows = 64;  // 4 warps x 16 rows (one mma.sync row tile each)
+inline constexpr int kKvTile = 64;    // tokens of K/V per pipeline stage (at most); chunks are multiples
+
+struct WorkItem {
+  int seq;           // b
+  int kv_head;       // the KV head; its G query heads are the tile's columns of rows
+  int row0;          // the tile's first row (a multiple of kTileRows)
+  int kv_begin;      // the KV tokens this item attends over: [kv_begin, kv_end) of the
+  int kv_end;        //   sequence's cache (kv_end <= the last position a row of the tile sees + 1)
+  int split;         // which chunk of its tile's KV this is: 0 .. num_splits - 1
+  int num_splits;    // 1: the item writes out itself; more: partials, merged by the last
+  int partial_base;  // split tiles: where the tile's partial results start in the workspace
+  int counter;       // split tiles: the tile's ticket counter; -1 otherwise
+};
+// ANCHOR_END: work_item
+
+// ANCHOR: plan
+// What plan() computes on the host: every work item, dealt to `grid` thread blocks. Thread
+// block c runs items[cta_start[c]] .. items[cta_start[c + 1] - 1] in order.
+// A tile's KV [0, kv_needed) is cut into chunks [p * chunk, (p + 1) * chunk) of one size per
+// tile (a multiple of kKvTile), the last one shorter; kv_needed = seq_len - n_b + (the
+// tile's last new token) + 1.
+struct Plan {
+  int grid = 0;              // thread blocks of a launch: one wave of the GPU, fixed per config
+  int chunk_tokens = 0;      // the forced chunk (a multiple of kKvTile), or 0: sized per tile
+  double target_cost = 0;    // one thread block's fair share: the step's item_cost / grid
+  int num_counters = 0;      // tiles whose KV is split (one ticket counter each)
+  int64_t partial_rows = 0;  // workspace rows the split tiles need (kTileRows per chunk)
+  std::vector<WorkItem> items;
+  std::vector<int> cta_start;  // [grid + 1]
+};
+
+// The planner, a pure function of the lengths (host vectors, as the scheduler has them).
+// chunk_tokens = 0 sizes each tile's chunks to about target_cost (at least 256 tokens), so
+// that the items fill `grid` thread blocks about once; a positive value forces one chunk size
+// for every tile (rounded up to kKvTile; tests use it to force splits). Items are dealt
+// longest first to the least-loaded thread block.
+Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
+               const std::vector<int>& query_start_loc, int grid, int chunk_tokens = 0);
+
+// The cost the planner balances, in "KV tokens of a decode row tile": a tile of `rows`
+// valid query rows over `kv_tokens` tokens (tests and the book use it).
+double item_cost(int kv_tokens, int rows);
+// ANCHOR_END: plan
+
+// ANCHOR: runner
+enum class CacheType { model_dtype, fp8_e4m3 };
+
+// Plan once per step, run once per layer. Device buffers (the plan, the workspace, the
+// counters) keep their addresses while a plan fits in them, so a captured graph stays valid.
+class VarlenAttention {
+ public:
+  // The plan for this batch, for queries of `dtype` (fp16 or bf16) and this cache.
+  // chunk_tokens as in make_plan; grid = 0 takes one wave of the GPU for the kernel that
+  // will run (its resident thread blocks per SM x the SM count).
+  void plan(const VarlenShape& s, DType dtype, CacheType cache, const std::vector<int>& seq_lens,
+            const std::vector<int>& query_start_loc, int chunk_tokens = 0, int grid = 0,
+            cudaStream_t stream = nullptr);
+
+  // Attention of every row of q (device pointers, the planned shape and dtype). seq_lens and
+  // query_start_loc must hold on the device what plan() was given.
+  template <typename T>
+  void run(T* out, const T* q, const T* k_pool, const T* v_pool, const int* block_table,
+           const int* seq_lens, const int* query_start_loc, float scale,
+           cudaStream_t stream = nullptr);
+  // The same on chapter 6's e4m3 cache, with its scales (device pointers, one float each).
+  template <typename T>
+  void run_fp8(T* out, const T* q, const uint8_t* k_pool, const uint8_t* v_pool,
+               const int* block_table, const int* seq_lens, const int* query_start_loc,
+               const float* k_scale, const float* v_scale, float scale,
+               cudaStream_t stream = nullptr);
+
+  const Plan& host_plan() const { return plan_; }
+  // Fills the partial-result workspace with NaN: a merge that reads a partial no item wrote
+  // shows it.
+  void poison_workspace();
+
+ private:
+  template <typename T, typename C>
+  void launch(T* out, const T* q, const C* k_pool, const C* v_pool, const int* block_table,
+              const int* seq_lens, const int* query_start_loc, const float* k_scale,
+              const float* v_scale, float scale, cudaStream_t stream);
+
+  Plan plan_;
+  VarlenShape shape_{};
+  DType dtype_ = DType::fp16;
+  CacheType cache_ = CacheType::model_dtype;
+  bool planned_ = false;
+  DeviceBuffer<WorkItem> items_;
+  DeviceBuffer<int> cta_start_, counters_;
+  DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
+};
+// ANCHOR_END: runner
+
+// Thread blocks of one wave for the kernel that serves (dtype, cache, head_size): resident
+// blocks per SM x SMs (the CPU emulator answers 4 x 8).
+int wave_size(DType dtype, CacheType cache, int head_size);
+
+}  // namespace pa::ch10

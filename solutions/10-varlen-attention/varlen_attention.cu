@@ -1,0 +1,79 @@
+// Chapter 10: plan() and run() on a cache in the model's dtype (e4m3: varlen_attention_fp8.cu).
+#include "launch_varlen.cuh"
+
+namespace pa::ch10 {
+
+int wave_fp8(DType dtype, int head_size);  // varlen_attention_fp8.cu
+
+int wave_size(DType dtype, CacheType cache, int head_size) {
+  PA_REQUIRE(dtype == DType::fp16 || dtype == DType::bf16,
+             "chapter 10's kernel takes half or bf16 queries and outputs, not "
+                 << dtype_name(dtype) << " (float: chapters 4-5 and 8)");
+  if (cache == CacheType::fp8_e4m3) return wave_fp8(dtype, head_size);
+  return dtype == DType::fp16 ? wave_of<half, half>(head_size) : wave_of<bf16, bf16>(head_size);
+}
+
+// Grows a device buffer to hold at least n (never shrinks: addresses stay for a captured graph).
+template <typename U>
+void reserve(DeviceBuffer<U>& buf, size_t n, int fill_byte) {
+  if (buf.size() >= n && buf.size() > 0) return;
+  buf = DeviceBuffer<U>(std::max<size_t>(n, 1));
+  buf.fill_bytes(fill_byte);
+}
+
+// ANCHOR: plan_upload
+void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
+                           const std::vector<int>& seq_lens,
+                           const std::vector<int>& query_start_loc, int chunk_tokens, int grid,
+                           cudaStream_t stream) {
+  planned_ = false;
+  check_shape(s);
+  if (cache == CacheType::fp8_e4m3) {
+    PA_REQUIRE(s.block_size >= 16, "an e4m3 cache needs block_size 16 or 32, got "
+                                       << s.block_size << " (a V row of 8 one-byte tokens is "
+                                          "smaller than one 16-byte copy)");
+    PA_REQUIRE(s.head_size % 16 == 0, "head_size " << s.head_size << " is not a multiple of 16 "
+                                                      "(one 16-byte chunk of e4m3)");
+  }
+  const int g = grid > 0 ? grid : wave_size(dtype, cache, s.head_size);
+  plan_ = make_plan(s, seq_lens, query_start_loc, g, chunk_tokens);
+  shape_ = s;
+  dtype_ = dtype;
+  cache_ = cache;
+  reserve(items_, plan_.items.size(), 0);
+  reserve(cta_start_, plan_.cta_start.size(), 0);
+  reserve(counters_, size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
+  const size_t rows = size_t(plan_.partial_rows);
+  reserve(max_logits_, rows, 0xff);
+  reserve(exp_sums_, rows, 0xff);
+  reserve(partial_out_, rows * size_t(s.head_size), 0xff);
+  PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), plan_.items.data(), plan_.items.size() * sizeof(WorkItem),
+                                cudaMemcpyHostToDevice, stream));
+  PA_CUDA_CHECK(cudaMemcpyAsync(cta_start_.get(), plan_.cta_start.data(),
+                                plan_.cta_start.size() * sizeof(int), cudaMemcpyHostToDevice, stream));
+  planned_ = true;
+}
+// ANCHOR_END: plan_upload
+
+void VarlenAttention::poison_workspace() {
+  max_logits_.fill_bytes(0xff);
+  exp_sums_.fill_bytes(0xff);
+  partial_out_.fill_bytes(0xff);
+}
+
+template <typename T>
+void VarlenAttention::run(T* out, const T* q, const T* k_pool, const T* v_pool,
+                          const int* block_table, const int* seq_lens, const int* query_start_loc,
+                          float scale, cudaStream_t stream) {
+  launch<T, T>(out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc, nullptr, nullptr,
+               scale, stream);
+}
+
+#define PA_INSTANTIATE(T)                                                                       \
+  template void VarlenAttention::run<T>(T*, const T*, const T*, const T*, const int*,           \
+                                        const int*, const int*, float, cudaStream_t);
+PA_INSTANTIATE(half)
+PA_INSTANTIATE(bf16)
+#undef PA_INSTANTIATE
+
+}  // namespace pa::ch10

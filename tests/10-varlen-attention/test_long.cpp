@@ -1,0 +1,121 @@
+// Chapter 10 on the GPU only: shapes too large for golden files or for the emulator. A
+// 32K-token decode beside 63 short ones (the planner must split the long one), and a
+// 1024-token prefill chunk over a 4096-token prefix, against float64 host references.
+#include <gtest/gtest.h>
+
+#if !defined(PA_BACKEND_CPU)
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "varlen_case.h"
+
+namespace {
+
+using pa::ch10::CacheType;
+using pa::ch10::VarlenAttention;
+using pa::ch10::VarlenShape;
+
+// A batch of sequences over permuted blocks of N(0,1) fp16 values.
+struct LongBatch {
+  LongBatch(int hq, int hkv, int d, int bs, const std::vector<int>& lens,
+            const std::vector<int>& new_lens, unsigned seed) : seq_lens(lens) {
+    qsl = {0};
+    for (int n : new_lens) qsl.push_back(qsl.back() + n);
+    const int longest = *std::max_element(lens.begin(), lens.end());
+    const int width = (longest + bs - 1) / bs;
+    int needed = 0;
+    for (int n : lens) needed += (n + bs - 1) / bs;
+    shape = VarlenShape{int(lens.size()), qsl.back(), hq, hkv, d, bs, needed + 17, width};
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    const size_t per_block = size_t(hkv) * d * bs;
+    k.resize(per_block * size_t(shape.num_blocks));
+    v.resize(k.size());
+    q.resize(size_t(shape.num_tokens) * hq * d);
+    for (auto& e : k) e = pa::from_float<pa::half>(normal(rng));
+    for (auto& e : v) e = pa::from_float<pa::half>(normal(rng));
+    for (auto& e : q) e = pa::from_float<pa::half>(normal(rng));
+    std::vector<int> ids(size_t(shape.num_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    // Padding points at a block nobody owns, all NaN: reading it shows.
+    table.assign(size_t(shape.num_seqs) * width, ids.back());
+    std::fill_n(k.begin() + ids.back() * per_block, per_block, pa::from_float<pa::half>(NAN));
+    std::fill_n(v.begin() + ids.back() * per_block, per_block, pa::from_float<pa::half>(NAN));
+    size_t next = 0;
+    for (size_t b = 0; b < lens.size(); ++b)
+      for (int j = 0; j < (lens[b] + bs - 1) / bs; ++j) table[b * width + size_t(j)] = ids[next++];
+    scale = 1.f / std::sqrt(float(d));
+  }
+
+  std::vector<pa::half> run(int chunk_tokens = 0) {
+    pa::ch10::check_metadata(shape, table, seq_lens, qsl);
+    pa::DeviceBuffer<pa::half> dk(k), dv(v), dq(q), out(q.size());
+    pa::DeviceBuffer<int> dt(table), dl(seq_lens), dqsl(qsl);
+    attn.plan(shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, qsl, chunk_tokens);
+    attn.poison_workspace();
+    pa::test::poison(out);
+    attn.run<pa::half>(out.get(), dq.get(), dk.get(), dv.get(), dt.get(), dl.get(), dqsl.get(),
+                       scale);
+    return out.download();
+  }
+
+  VarlenShape shape;
+  std::vector<int> seq_lens, qsl, table;
+  std::vector<pa::half> q, k, v;
+  float scale;
+  VarlenAttention attn;
+};
+
+TEST(VarlenLong, ThirtyTwoThousandTokensBesideSixtyThreeDecodes) {
+  std::vector<int> lens = {32768}, new_lens(64, 1);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 63; ++i) lens.push_back(1 + int(rng() % 700));
+  LongBatch batch(32, 8, 128, 16, lens, new_lens, 21);
+  const pa::ch04::PagedAttentionShape s{batch.shape.num_seqs, 32, 8, 128, 16,
+                                        batch.shape.num_blocks, batch.shape.max_blocks_per_seq};
+  const auto want = pa::test::host_paged_decode(s, batch.q, batch.k, batch.v, batch.table, lens,
+                                                batch.scale);
+  const auto dims = pa::test::varlen_out_dims(batch.shape);
+  const auto got = batch.run();
+  int split = 0;
+  for (const auto& w : batch.attn.host_plan().items) split += w.num_splits > 1;
+  EXPECT_GT(split, 0) << "the planner did not split the 32K sequence";
+  EXPECT_TRUE(pa::test::all_close(got, want, dims, 2e-3, 2e-3))
+      << "32K + 63 decodes, the planner's split (" << split << " split items)";
+  EXPECT_TRUE(pa::test::all_close(batch.run(2048), want, dims, 2e-3, 2e-3))
+      << "32K + 63 decodes, chunks of 2048";
+}
+
+TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) {
+  // The chunk, with decodes and a short spec-decode beside it.
+  LongBatch batch(32, 8, 128, 16, {5120, 300, 77, 2000}, {1024, 1, 1, 4}, 33);
+  // Every 29th token of the chunk, its first and last ones, and every other sequence's rows.
+  std::vector<int> tokens;
+  for (int t = 0; t < 1024; t += 29) tokens.push_back(t);
+  for (int t : {1, 63, 64, 1022, 1023}) tokens.push_back(t);
+  for (int t = 1024; t < batch.shape.num_tokens; ++t) tokens.push_back(t);
+  const auto ref = pa::test::host_varlen_attention(batch.shape, batch.q, batch.k, batch.v,
+                                                   batch.table, batch.seq_lens, batch.qsl,
+                                                   batch.scale, tokens);
+  const auto dims = pa::test::varlen_out_dims(batch.shape);
+  const size_t row = size_t(batch.shape.num_q_heads) * batch.shape.head_size;
+  for (int chunk : {0, 1024}) {
+    const auto got = batch.run(chunk);
+    // The rows not computed on the host are compared with themselves: only a NaN (never
+    // written, or read from the poison) fails there.
+    std::vector<double> want(got.size());
+    for (size_t i = 0; i < got.size(); ++i) want[i] = pa::to_float(got[i]);
+    for (int t : tokens)
+      std::copy_n(ref.begin() + t * row, row, want.begin() + t * row);
+    EXPECT_TRUE(pa::test::all_close(got, want, dims, 2e-3, 2e-3))
+        << "1024-token chunk over 4096 cached tokens (sampled rows), chunk_tokens " << chunk;
+  }
+}
+
+}  // namespace
+
+#endif  // !PA_BACKEND_CPU

@@ -1,0 +1,288 @@
+// Chapter 10's planner, a pure host function: every row tile of every sequence and KV head
+// is covered by chunks that are contiguous, disjoint and reach exactly what its last row
+// sees; split tiles get their own counter and workspace rows; the items are dealt to the
+// grid in order and about evenly by cost.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "pa/ch10_varlen.h"
+
+namespace {
+
+using pa::ch10::kKvTile;
+using pa::ch10::kTileRows;
+using pa::ch10::make_plan;
+using pa::ch10::Plan;
+using pa::ch10::VarlenShape;
+using pa::ch10::WorkItem;
+
+// The batch: seq_lens and query_start_loc from (prefix, new tokens) pairs.
+struct Batch {
+  VarlenShape shape;
+  std::vector<int> seq_lens, qsl;
+};
+
+Batch batch_of(int hq, int hkv, const std::vector<std::pair<int, int>>& prefix_new,
+               int block_size = 16, int head_size = 128) {
+  Batch b;
+  b.qsl = {0};
+  int longest = 0;
+  for (const auto& [prefix, n] : prefix_new) {
+    b.seq_lens.push_back(prefix + n);
+    b.qsl.push_back(b.qsl.back() + n);
+    longest = std::max(longest, prefix + n);
+  }
+  const int width = std::max(1, (longest + block_size - 1) / block_size);
+  b.shape = VarlenShape{int(prefix_new.size()), b.qsl.back(), hq, hkv, head_size, block_size,
+                        width * int(prefix_new.size()), width};
+  return b;
+}
+
+std::string item_text(const WorkItem& w) {
+  std::ostringstream os;
+  os << "{seq " << w.seq << ", kv_head " << w.kv_head << ", row0 " << w.row0 << ", kv ["
+     << w.kv_begin << ", " << w.kv_end << "), split " << w.split << "/" << w.num_splits
+     << ", partial_base " << w.partial_base << ", counter " << w.counter << "}";
+  return os.str();
+}
+
+// Rows of the tile at row0 of a sequence with n new tokens (G rows per token).
+int tile_rows(int n, int G, int row0) { return std::min(kTileRows, n * G - row0); }
+
+// Every property a plan must have, whatever its chunking and dealing.
+::testing::AssertionResult valid_plan(const Batch& b, const Plan& p, int grid, int forced_chunk) {
+  const VarlenShape& s = b.shape;
+  const int G = s.num_q_heads / s.num_kv_heads;
+  auto fail = [](const std::string& what) { return ::testing::AssertionFailure() << what; };
+  if (p.grid != grid) return fail("grid " + std::to_string(p.grid) + ", want " + std::to_string(grid));
+  if (p.cta_start.size() != size_t(grid) + 1 || p.cta_start.front() != 0 ||
+      p.cta_start.back() != int(p.items.size()))
+    return fail("cta_start must have grid + 1 entries, start at 0 and end at items.size() = " +
+                std::to_string(p.items.size()));
+  for (int c = 0; c < grid; ++c)
+    if (p.cta_start[size_t(c)] > p.cta_start[size_t(c) + 1])
+      return fail("cta_start decreases at thread block " + std::to_string(c));
+  if (forced_chunk && p.chunk_tokens != (forced_chunk + kKvTile - 1) / kKvTile * kKvTile)
+    return fail("forced chunk_tokens " + std::to_string(forced_chunk) + " became " +
+                std::to_string(p.chunk_tokens) + ", want it rounded up to a multiple of " +
+                std::to_string(kKvTile));
+
+  // Group the items by tile: (seq, kv_head, row0).
+  std::map<std::tuple<int, int, int>, std::vector<WorkItem>> tiles;
+  for (const WorkItem& w : p.items) {
+    if (w.seq < 0 || w.seq >= s.num_seqs || w.kv_head < 0 || w.kv_head >= s.num_kv_heads)
+      return fail("item out of the batch: " + item_text(w));
+    tiles[{w.seq, w.kv_head, w.row0}].push_back(w);
+  }
+  size_t expected_tiles = 0;
+  std::set<int> counters;
+  std::vector<std::pair<int64_t, int64_t>> partial_ranges;
+  for (int seq = 0; seq < s.num_seqs; ++seq) {
+    const int n = b.qsl[size_t(seq) + 1] - b.qsl[size_t(seq)];
+    for (int h = 0; h < s.num_kv_heads; ++h)
+      for (int row0 = 0; row0 < n * G; row0 += kTileRows) {
+        ++expected_tiles;
+        auto it = tiles.find({seq, h, row0});
+        const std::string where = "sequence " + std::to_string(seq) + ", kv_head " +
+                                  std::to_string(h) + ", row0 " + std::to_string(row0);
+        if (it == tiles.end()) return fail("no item covers the tile at " + where);
+        std::vector<WorkItem> items = it->second;
+        std::sort(items.begin(), items.end(),
+                  [](const WorkItem& a, const WorkItem& c) { return a.split < c.split; });
+        const int last_token = (row0 + tile_rows(n, G, row0) - 1) / G;
+        const int kv_needed = b.seq_lens[size_t(seq)] - n + last_token + 1;
+        const int splits = int(items.size());
+        int chunk = 0;
+        for (int i = 0; i < splits; ++i) {
+          const WorkItem& w = items[size_t(i)];
+          const std::string item = " at " + where + ": " + item_text(w);
+          if (w.split != i || w.num_splits != splits)
+            return fail("splits must be 0.." + std::to_string(splits - 1) + ", each once, with num_splits " +
+                        std::to_string(splits) + item);
+          if (w.kv_begin != (i ? items[size_t(i) - 1].kv_end : 0))
+            return fail("chunks must be contiguous, from 0" + item);
+          if (w.kv_end <= w.kv_begin) return fail("an empty chunk" + item);
+          if (w.kv_begin % kKvTile) return fail("kv_begin is not a multiple of kKvTile" + item);
+          if (i == 0) chunk = w.kv_end - w.kv_begin;
+          if (w.kv_begin != i * chunk || (i + 1 < splits && w.kv_end - w.kv_begin != chunk))
+            return fail("chunks of one tile must all be chunk_tokens long but the last" + item);
+          if (forced_chunk && w.kv_begin != i * p.chunk_tokens)
+            return fail("kv_begin must be split * chunk_tokens" + item);
+          if (splits > 1) {
+            if (w.counter < 0 || w.counter >= p.num_counters || w.counter != items[0].counter)
+              return fail("a split tile's items share one counter in [0, num_counters)" + item);
+            if (w.partial_base != items[0].partial_base)
+              return fail("a split tile's items share one partial_base" + item);
+          } else if (w.counter != -1) {
+            return fail("an unsplit tile has counter -1" + item);
+          }
+        }
+        if (items.back().kv_end != kv_needed)
+          return fail("the chunks of the tile at " + where + " end at " +
+                      std::to_string(items.back().kv_end) + ", want kv_needed = seq_len - n_b + " +
+                      "last token of the tile + 1 = " + std::to_string(kv_needed));
+        if (splits > 1) {
+          if (!counters.insert(items[0].counter).second)
+            return fail("two split tiles share counter " + std::to_string(items[0].counter));
+          partial_ranges.push_back({items[0].partial_base,
+                                    items[0].partial_base + int64_t(splits) * kTileRows});
+        }
+      }
+  }
+  if (tiles.size() != expected_tiles)
+    return fail("items for " + std::to_string(tiles.size()) + " tiles, the batch has " +
+                std::to_string(expected_tiles) + " (a tile of a sequence without new tokens, or "
+                "a row0 that is not a multiple of 64 past the last row?)");
+  if (int(counters.size()) != p.num_counters)
+    return fail("num_counters " + std::to_string(p.num_counters) + ", but " +
+                std::to_string(counters.size()) + " split tiles");
+  std::sort(partial_ranges.begin(), partial_ranges.end());
+  for (size_t i = 0; i < partial_ranges.size(); ++i) {
+    if (partial_ranges[i].first < 0 || partial_ranges[i].second > p.partial_rows)
+      return fail("a split tile's partial rows [" + std::to_string(partial_ranges[i].first) + ", " +
+                  std::to_string(partial_ranges[i].second) + ") leave [0, partial_rows = " +
+                  std::to_string(p.partial_rows) + ")");
+    if (i && partial_ranges[i].first < partial_ranges[i - 1].second)
+      return fail("two split tiles' partial rows overlap at " + std::to_string(partial_ranges[i].first));
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The cost each thread block of the plan gets, by item_cost.
+std::vector<double> cta_costs(const Batch& b, const Plan& p) {
+  const int G = b.shape.num_q_heads / b.shape.num_kv_heads;
+  std::vector<double> cost(size_t(p.grid), 0.0);
+  for (int c = 0; c < p.grid; ++c)
+    for (int i = p.cta_start[size_t(c)]; i < p.cta_start[size_t(c) + 1]; ++i) {
+      const WorkItem& w = p.items[size_t(i)];
+      const int n = b.qsl[size_t(w.seq) + 1] - b.qsl[size_t(w.seq)];
+      cost[size_t(c)] += pa::ch10::item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0));
+    }
+  return cost;
+}
+
+int split_items(const Plan& p) {
+  return int(std::count_if(p.items.begin(), p.items.end(),
+                           [](const WorkItem& w) { return w.num_splits > 1; }));
+}
+
+TEST(Planner, CoversEveryTileWithContiguousChunks) {
+  const std::vector<Batch> batches = {
+      batch_of(8, 2, {{0, 1}, {14, 1}, {99, 1}}),                       // decodes
+      batch_of(8, 2, {{14, 2}, {30, 3}, {47, 5}, {60, 8}}),             // spec-decode
+      batch_of(4, 2, {{0, 20}, {37, 150}, {300, 45}}),                  // chunked prefill
+      batch_of(4, 2, {{7, 0}, {40, 1}, {25, 0}, {17, 30}, {0, 0}}),     // idle sequences
+      batch_of(8, 2, {{50, 40}}),                                       // 160 rows: 3 tiles
+      batch_of(6, 2, {{10, 30}, {3, 1}}),                               // G = 3: tiles split a token
+      batch_of(16, 1, {{40, 1}, {20, 4}, {0, 1}, {9, 7}}),              // MQA, 16 rows a token
+      batch_of(32, 8, {{4000, 1}, {100, 1000}, {0, 0}, {5000, 3}}, 32), // long
+  };
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& b = batches[i];
+    for (int grid : {1, 3, 7, 32, 132}) {
+      for (int chunk : {0, 32, 40, 64, 96, 512}) {
+        const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, grid, chunk);
+        EXPECT_TRUE(valid_plan(b, p, grid, chunk))
+            << "batch " << i << ", grid " << grid << ", chunk_tokens " << chunk;
+      }
+    }
+  }
+}
+
+TEST(Planner, ForcedChunksSplitLongTilesAndRoundUpToTheKvTile) {
+  const Batch b = batch_of(4, 2, {{100, 1}, {0, 20}});
+  const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 4, 40);  // rounded up to 64
+  ASSERT_TRUE(valid_plan(b, p, 4, 40));
+  EXPECT_EQ(p.chunk_tokens, 64);
+  // Sequence 0 (101 tokens) in chunks of 64: 2 per KV head; sequence 1 (20 tokens): 1.
+  int seq0 = 0;
+  for (const WorkItem& w : p.items)
+    if (w.seq == 0) {
+      ++seq0;
+      EXPECT_EQ(w.num_splits, 2) << item_text(w);
+    } else {
+      EXPECT_EQ(w.num_splits, 1) << item_text(w);
+    }
+  EXPECT_EQ(seq0, 4);
+  EXPECT_EQ(p.num_counters, 2);
+  EXPECT_EQ(p.partial_rows, 2 * 2 * kTileRows);
+}
+
+TEST(Planner, IsDeterministic) {
+  const Batch b = batch_of(32, 8, {{32767, 1}, {255, 1}, {100, 300}, {0, 64}});
+  const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 132);
+  const Plan q = make_plan(b.shape, b.seq_lens, b.qsl, 132);
+  ASSERT_EQ(p.items.size(), q.items.size());
+  EXPECT_EQ(p.cta_start, q.cta_start);
+  for (size_t i = 0; i < p.items.size(); ++i)
+    EXPECT_EQ(item_text(p.items[i]), item_text(q.items[i])) << "item " << i;
+}
+
+// One 32K sequence beside 63 short decodes: splitting the long one lets every thread block
+// finish at about the same time.
+TEST(Planner, BalancesOneLongSequenceAmongShortDecodes) {
+  std::vector<std::pair<int, int>> seqs = {{32767, 1}};
+  for (int i = 0; i < 63; ++i) seqs.push_back({255, 1});
+  const Batch b = batch_of(32, 8, seqs);
+  const int grid = 528;  // 132 SMs x 4
+  const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, grid);
+  ASSERT_TRUE(valid_plan(b, p, grid, 0));
+  const std::vector<double> cost = cta_costs(b, p);
+  const double total = std::accumulate(cost.begin(), cost.end(), 0.0);
+  const double worst = *std::max_element(cost.begin(), cost.end());
+  EXPECT_LE(worst, 1.5 * total / grid)
+      << "the busiest thread block has " << worst << " of a total " << total << " over " << grid
+      << " (fair share " << total / grid << "), " << p.items.size() << " items";
+  // The long sequence is split; the short decodes are not.
+  for (const WorkItem& w : p.items)
+    EXPECT_EQ(w.num_splits > 1, w.seq == 0) << item_text(w);
+  EXPECT_EQ(p.num_counters, b.shape.num_kv_heads);
+  // Without splits, the whole 32K context would sit on 8 thread blocks.
+  EXPECT_GT(split_items(p), 8 * 4);
+}
+
+TEST(Planner, DoesNotSplitWhatAlreadyFillsTheGrid) {
+  // Short decodes: nothing to gain from a split.
+  const Batch few = batch_of(8, 2, {{99, 1}, {200, 1}, {15, 1}});
+  Plan p = make_plan(few.shape, few.seq_lens, few.qsl, 132);
+  ASSERT_TRUE(valid_plan(few, p, 132, 0));
+  EXPECT_EQ(split_items(p), 0);
+  EXPECT_EQ(p.num_counters, 0);
+  EXPECT_EQ(p.partial_rows, 0);
+  EXPECT_EQ(p.items.size(), 6u);
+  // Many equal decodes (64 x 8 tiles of 4096 tokens) already fill 132 thread blocks.
+  std::vector<std::pair<int, int>> seqs(64, {4095, 1});
+  const Batch many = batch_of(32, 8, seqs);
+  p = make_plan(many.shape, many.seq_lens, many.qsl, 132);
+  ASSERT_TRUE(valid_plan(many, p, 132, 0));
+  EXPECT_EQ(split_items(p), 0);
+  EXPECT_EQ(p.items.size(), 64u * 8);
+  // One long decode on an idle GPU is split to fill it.
+  const Batch one = batch_of(8, 1, {{32767, 1}});
+  p = make_plan(one.shape, one.seq_lens, one.qsl, 132);
+  ASSERT_TRUE(valid_plan(one, p, 132, 0));
+  EXPECT_GE(p.items.size(), 32u);
+  EXPECT_LE(p.items.size(), 2u * 132);
+}
+
+TEST(Planner, EmptyBatchHasNoItems) {
+  const Batch b = batch_of(4, 2, {{10, 0}, {0, 0}});
+  const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 8);
+  EXPECT_TRUE(valid_plan(b, p, 8, 0));
+  EXPECT_TRUE(p.items.empty());
+}
+
+TEST(Planner, ItemCostGrowsWithTokensAndRows) {
+  using pa::ch10::item_cost;
+  EXPECT_LT(item_cost(100, 4), item_cost(200, 4));
+  EXPECT_LE(item_cost(100, 4), item_cost(100, 64));
+  EXPECT_GT(item_cost(0, 1), 0.0) << "an item has a fixed cost: starting it is not free";
+}
+
+}  // namespace

@@ -1,0 +1,166 @@
+// A chapter 10 golden case on the device (the cache in the queries' dtype or in e4m3), and
+// a float64 host reference of varlen causal attention for the GPU-only tests, whose
+// inputs are too large to ship as golden files.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "golden.h"
+#include "paged_case.h"
+#include "pa/ch10_varlen.h"
+
+namespace pa::test {
+
+// q and out: [num_tokens, Hq, D], the new tokens of every sequence one after another.
+inline Dims varlen_out_dims(int num_tokens, int num_q_heads, int head_size) {
+  return {{"query token", num_tokens}, {"head", num_q_heads}, {"d", head_size}};
+}
+inline Dims varlen_out_dims(const ch10::VarlenShape& s) {
+  return varlen_out_dims(s.num_tokens, s.num_q_heads, s.head_size);
+}
+
+// Moves physical block b to perm[b] in both pools and rewrites the table to match: the
+// same logical cache, stored elsewhere.
+template <typename E>
+void permute_pool_blocks(std::vector<E>& k, std::vector<E>& v, std::vector<int>& table,
+                         int num_blocks, unsigned seed) {
+  const size_t per_k = k.size() / size_t(num_blocks), per_v = v.size() / size_t(num_blocks);
+  std::vector<int> perm(static_cast<size_t>(num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+  std::vector<E> k2(k.size()), v2(v.size());
+  for (int b = 0; b < num_blocks; ++b) {
+    std::copy_n(k.begin() + b * per_k, per_k, k2.begin() + perm[size_t(b)] * per_k);
+    std::copy_n(v.begin() + b * per_v, per_v, v2.begin() + perm[size_t(b)] * per_v);
+  }
+  k.swap(k2);
+  v.swap(v2);
+  for (int& id : table) id = perm[size_t(id)];
+}
+
+// A varlen_ (or varlen_fp8_) golden case, uploaded: padding entries of the table point at
+// the case's all-NaN block, so a kernel that follows one leaks NaN into its output.
+template <typename T>
+struct VarlenCase {
+  explicit VarlenCase(const GoldenCase& c, unsigned permutation_seed = 0) : name(c.name()) {
+    const auto qs = c.shape("q"), ks = c.shape("k_pool"), ts = c.shape("block_table");
+    shape = ch10::VarlenShape{int(ts[0]), int(qs[0]), int(qs[1]), int(ks[1]), int(qs[2]),
+                              int(ks[3]), int(ks[0]), int(ts[1])};
+    fp8 = c.param_int("fp8") != 0;
+    table = table_with_poisoned_padding(c);
+    if (fp8) {
+      std::vector<uint8_t> k = c.get<uint8_t>("k_pool"), v = c.get<uint8_t>("v_pool");
+      if (permutation_seed) permute_pool_blocks(k, v, table, shape.num_blocks, permutation_seed);
+      k8 = DeviceBuffer<uint8_t>(k);
+      v8 = DeviceBuffer<uint8_t>(v);
+      k_scale = DeviceBuffer<float>(c.get<float>("k_scale"));
+      v_scale = DeviceBuffer<float>(c.get<float>("v_scale"));
+      unquantized = c.get<double>("expected_unquantized");
+      fp8_atol = c.param_double("fp8_atol");
+      fp8_rtol = c.param_double("fp8_rtol");
+    } else {
+      std::vector<float> k = c.get<float>("k_pool"), v = c.get<float>("v_pool");
+      if (permutation_seed) permute_pool_blocks(k, v, table, shape.num_blocks, permutation_seed);
+      k_pool = DeviceBuffer<T>(to_dtype<T>(k));
+      v_pool = DeviceBuffer<T>(to_dtype<T>(v));
+    }
+    seq_lens = c.get<int>("seq_lens");
+    qsl = c.get<int>("query_start_loc");
+    expected = c.get<double>("expected");
+    scale = float(c.get<double>("scale")[0]);
+    atol = c.param_double("atol");
+    rtol = c.param_double("rtol");
+    q = DeviceBuffer<T>(to_dtype<T>(c.get<float>("q")));
+    d_table = DeviceBuffer<int>(table);
+    d_lens = DeviceBuffer<int>(seq_lens);
+    d_qsl = DeviceBuffer<int>(qsl);
+    out = DeviceBuffer<T>(expected.size());
+  }
+
+  ch10::CacheType cache() const {
+    return fp8 ? ch10::CacheType::fp8_e4m3 : ch10::CacheType::model_dtype;
+  }
+
+  // Plans (chunk_tokens and grid 0: the planner's choice), poisons the output and the
+  // workspace, runs and returns the output.
+  std::vector<T> run(ch10::VarlenAttention& attn, int chunk_tokens = 0, int grid = 0) {
+    ch10::check_metadata(shape, table, seq_lens, qsl);
+    attn.plan(shape, dtype_of<T>(), cache(), seq_lens, qsl, chunk_tokens, grid);
+    attn.poison_workspace();  // a merge that reads a partial no item wrote shows NaN
+    poison(out);              // a row the kernel never writes keeps this NaN
+    if (fp8)
+      attn.run_fp8<T>(out.get(), q.get(), k8.get(), v8.get(), d_table.get(), d_lens.get(),
+                      d_qsl.get(), k_scale.get(), v_scale.get(), scale);
+    else
+      attn.run<T>(out.get(), q.get(), k_pool.get(), v_pool.get(), d_table.get(), d_lens.get(),
+                  d_qsl.get(), scale);
+    return out.download();
+  }
+
+  std::string name;
+  ch10::VarlenShape shape;
+  bool fp8 = false;
+  std::vector<int> table, seq_lens, qsl;
+  std::vector<double> expected, unquantized;
+  float scale;
+  double atol, rtol, fp8_atol = 0, fp8_rtol = 0;
+  DeviceBuffer<T> q, k_pool, v_pool, out;
+  DeviceBuffer<uint8_t> k8, v8;
+  DeviceBuffer<float> k_scale, v_scale;
+  DeviceBuffer<int> d_table, d_lens, d_qsl;
+};
+
+// float64 varlen causal attention on the host, straight from the pool layouts (K chunks of
+// x = 16 / sizeof(T)), for the listed query tokens only (rows [token][Hq][D] of the result;
+// the other rows are left at 0). New token i of sequence b sees positions 0 ..
+// seq_lens[b] - n_b + i.
+template <typename T>
+std::vector<double> host_varlen_attention(const ch10::VarlenShape& s, const std::vector<T>& q,
+                                          const std::vector<T>& k_pool,
+                                          const std::vector<T>& v_pool,
+                                          const std::vector<int>& table,
+                                          const std::vector<int>& seq_lens,
+                                          const std::vector<int>& qsl, double scale,
+                                          const std::vector<int>& tokens) {
+  const int D = s.head_size, bs = s.block_size, x = 16 / int(sizeof(T));
+  const int group = s.num_q_heads / s.num_kv_heads;
+  std::vector<double> out(size_t(s.num_tokens) * s.num_q_heads * D, 0.0);
+  for (int token : tokens) {
+    const int b = int(std::upper_bound(qsl.begin(), qsl.end(), token) - qsl.begin()) - 1;
+    const int n = qsl[size_t(b) + 1] - qsl[size_t(b)];
+    const int visible = seq_lens[size_t(b)] - n + (token - qsl[size_t(b)]) + 1;
+    for (int h = 0; h < s.num_q_heads; ++h) {
+      const int g = h / group;
+      auto base = [&](int t) {
+        return (int64_t(table[size_t(b) * s.max_blocks_per_seq + t / bs]) * s.num_kv_heads + g) *
+               int64_t(D) * bs;
+      };
+      const size_t row = (size_t(token) * s.num_q_heads + h) * D;
+      std::vector<double> score(size_t(visible), 0.0);
+      double mx = -1e300, sum = 0;
+      for (int t = 0; t < visible; ++t) {
+        double dot = 0;
+        for (int d = 0; d < D; ++d)
+          dot += double(to_float(q[row + d])) *
+                 to_float(k_pool[base(t) + (int64_t(d / x) * bs + t % bs) * x + d % x]);
+        mx = std::max(mx, score[size_t(t)] = dot * scale);
+      }
+      for (double& e : score) sum += (e = std::exp(e - mx));
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int t = 0; t < visible; ++t)
+          o += score[size_t(t)] * to_float(v_pool[base(t) + int64_t(d) * bs + t % bs]);
+        out[row + d] = o / sum;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace pa::test
