@@ -7,7 +7,10 @@ reads RESULTS_DIR/ch10-varlen.csv and -flops.csv (bench_ch10) and, if present,
 flashinfer-baselines.csv (bench_flashinfer.py), and writes
   ch10-varlen.md       bench_ch10's decode-like and prefill tables (the same columns);
   ch10-vs-baselines.md per shape: chapter 10, chapter 9 and FlashInfer's best mode, each as
-                       time and % of its own run's read ceiling, and chapter 10's speed-up.
+                       time and % of its own run's read ceiling, and chapter 10's speed-up;
+  ch10-ladder.md       if RESULTS_DIR/ch10-ladder/vN-NAME.csv exist (one bench_ch10 run per
+                       kernel version): chapter 10's % of the read ceiling (TFLOP/s for the
+                       prefill chunks) per version, side by side.
 Nothing is typed in: every number comes from the CSV files.
 """
 import csv
@@ -63,6 +66,29 @@ def comparison(decode, baselines):
     return out
 
 
+def ladder(files):
+    versions = [(f.stem, rows(f), rows(f.with_name(f.stem + "-flops.csv"))) for f in files]
+    head = "| case | " + " | ".join(v for v, _, _ in versions) + " |"
+    out = [head, "|---|" + "---:|" * len(versions)]
+    for r in versions[0][1]:
+        if not r["kernel"].startswith("ch10"):
+            continue
+        cells = []
+        for _, dec, _ in versions:
+            m = [x for x in dec if x["kernel"] == r["kernel"] and x["shape"] == r["shape"]]
+            cells.append(f"{float(m[0]['pct']):.1f}%" if m else "-")
+        out.append(f"| {r['shape']} | " + " | ".join(cells) + " |")
+    for r in versions[0][2]:
+        if " chunk " not in r["shape"]:
+            continue
+        cells = []
+        for _, _, fl in versions:
+            m = [x for x in fl if x["kernel"] == r["kernel"] and x["shape"] == r["shape"]]
+            cells.append(f"{float(m[0]['tflops']):.0f} TFLOP/s" if m else "-")
+        out.append(f"| {r['shape']} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main(argv):
     d = Path(argv[1]) if len(argv) > 1 else Path("bench/results")
     decode = rows(d / "ch10-varlen.csv")
@@ -73,7 +99,11 @@ def main(argv):
     note = ("" if baselines else "FlashInfer's baselines are missing (bench/bench_flashinfer.py "
             "did not run): its column is empty.\n\n")
     (d / "ch10-vs-baselines.md").write_text(note + "\n".join(comparison(decode, baselines)) + "\n")
-    print(f"wrote {d / 'ch10-varlen.md'} and {d / 'ch10-vs-baselines.md'}")
+    versions = sorted(p for p in (d / "ch10-ladder").glob("v*.csv") if not p.stem.endswith("-flops"))
+    if versions:
+        (d / "ch10-ladder.md").write_text("\n".join(ladder(versions)) + "\n")
+    print(f"wrote {d / 'ch10-varlen.md'}, {d / 'ch10-vs-baselines.md'}"
+          + (f" and {d / 'ch10-ladder.md'}" if versions else ""))
 
 
 if __name__ == "__main__":

@@ -38,11 +38,28 @@ fi
     sed -n '/^\[=*\] [0-9]* tests\{0,1\} from .* ran/,$p' <<<"$red"
 } | sed "s|$strip||g" > "$gen/ch01-red.txt"
 
+# Chapter 10's red output, the same way, when chapters/10-*/ is untouched (otherwise a
+# line says how to see it).
+if python3 tools/make_skeletons.py --check --chapter 10 > /dev/null; then
+    cmake --build "$build" --target test_ch10_chapter > /dev/null
+    red=$(PA_NO_PROGRESS=1 bash tools/run_chapter.sh "$build" chapter 10 2>&1 || true)
+    {
+        echo "\$ make test-chapter-10"
+        head -n 6 <<<"$red"
+        echo "[... one such report per failing test ...]"
+        sed -n '/^\[=*\] [0-9]* tests\{0,1\} from .* ran/,$p' <<<"$red"
+    } | sed "s|$here||g" > "$gen/ch10-red.txt"
+else
+    echo "(chapters/10-varlen-attention has your work in it: make book on an untouched skeleton shows the red output here)" > "$gen/ch10-red.txt"
+fi
+
 # What the tour prints for each chapter on this machine (chapters 2 and 3 share a section).
 "$build/demo/tour" --chapter 1 > "$gen/ch01-tour.txt"
 "$build/demo/tour" --chapter 2 > "$gen/ch02-tour.txt"
 "$build/demo/tour" --chapter 6 > "$gen/ch06-tour.txt"
 "$build/demo/tour" --chapter 7 > "$gen/ch07-tour.txt"
+"$build/demo/tour" --chapter 10 > "$gen/ch10-tour.txt"
+sed -n '/^The planner alone/,$p' "$gen/ch10-tour.txt" > "$gen/ch10-worked-example.txt"
 
 # Chapter 8: the serving demo's comparison of the dense and paged policies on one trace
 # and one KV budget (make demo's default run on this backend, without the progress lines).
@@ -55,6 +72,9 @@ cmake --build "$build" --target serve > /dev/null
 # Chapter 9: the ladder of versions beside the PyTorch baselines (each CSV carries its own
 # run's ceiling; every bar is against its own run's).
 "$python" bench/plot.py "$gen/ch09-bench.svg" bench/results/ch09-fast-decode.csv bench/results/torch-baselines.csv
+# Chapter 10: the varlen kernel beside chapter 9 and FlashInfer (decode-like batches, % of
+# each run's read ceiling), and its prefill chunks in TFLOP/s.
+"$python" bench/plot_ch10.py "$gen/ch10-bench" bench/results/ch10-varlen.csv bench/results/flashinfer-baselines.csv
 
 # Appendix B: the emulator's report of a block table that points outside the pool (the
 # program is meant to crash; the GPU's side of the story is in book/src/recorded/).

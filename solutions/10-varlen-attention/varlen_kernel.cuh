@@ -155,21 +155,31 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     if (tile < num_tiles) {
       const int tok0 = w.kv_begin + tile * L::kTokens;
       const int st = tile % kStages;
+      // Slots past the chunk's end are zeroed, not left as they were: the warps read whole
+      // 16-token halves (and mask what they must not see), and a read of shared memory that
+      // nothing wrote is a bug even when its value is thrown away (checked mode says so).
+      const uint4 zero{0u, 0u, 0u, 0u};
       for (int tk = lane; tk < L::kTokens; tk += 32) {  // K: lanes take tokens, warps chunks
         const int tok = tok0 + tk;
-        if (tok >= w.kv_end) break;
-        const C* src = a.k_pool + int64_t(table[tok / BS]) * block_elems + head_offset +
-                       int64_t(tok % BS) * x;
         uint4* dst = stage_k(st) + tk * L::kPitch;
-        for (int c = warp; c < kChunks; c += kWarps) cp_async16(dst + c, src + int64_t(c) * BS * x);
+        if (tok < w.kv_end) {
+          const C* src = a.k_pool + int64_t(table[tok / BS]) * block_elems + head_offset +
+                         int64_t(tok % BS) * x;
+          for (int c = warp; c < kChunks; c += kWarps) cp_async16(dst + c, src + int64_t(c) * BS * x);
+        } else {
+          for (int c = warp; c < kChunks; c += kWarps) dst[c] = zero;
+        }
       }
       constexpr int kPieces = L::kTokens / x;  // V: 16-byte pieces (x tokens of one row) per row
       for (int u = threadIdx.x; u < D * kPieces; u += kWarps * 32) {
         const int d = u / kPieces, first = u % kPieces * x;  // row d, tokens first .. first + x - 1
+        C* dst = stage_v(st) + (first / 16) * D * 16 + d * 16 + first % 16;
         if (tok0 + first < w.kv_end) {
           const C* src = a.v_pool + int64_t(table[(tok0 + first) / BS]) * block_elems +
                          head_offset + int64_t(d) * BS + (tok0 + first) % BS;
-          cp_async16(stage_v(st) + (first / 16) * D * 16 + d * 16 + first % 16, src);
+          cp_async16(dst, src);
+        } else {
+          *reinterpret_cast<uint4*>(dst) = zero;
         }
       }
     }
