@@ -159,7 +159,7 @@ class VarlenAttention {
 // ANCHOR_END: runner
 
 // Thread blocks of one wave for the kernel that serves (dtype, cache, head_size): resident
-// blocks per SM x SMs (the CPU emulator answers 4 x 8).
+// blocks per SM x SMs (the CPU emulator: 4 per worker thread).
 int wave_size(DType dtype, CacheType cache, int head_size);
 
 }  // namespace pa::ch10

@@ -27,6 +27,9 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
                            const std::vector<int>& query_start_loc, int chunk_tokens, int grid,
                            cudaStream_t stream) {
   planned_ = false;
+  PA_REQUIRE(dtype == DType::fp16 || dtype == DType::bf16,
+             "chapter 10's kernel takes half or bf16 queries and outputs, not "
+                 << dtype_name(dtype) << " (float: chapters 4-5 and 8)");
   check_shape(s);
   if (cache == CacheType::fp8_e4m3) {
     PA_REQUIRE(s.block_size >= 16, "an e4m3 cache needs block_size 16 or 32, got "

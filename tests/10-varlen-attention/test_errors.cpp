@@ -117,9 +117,15 @@ TEST(VarlenErrors, MisusedRunnerIsRefused) {
                  attn.plan(kShape, pa::DType::fp16, CacheType::model_dtype, {20, 1}, qsl, 0, 4);
                }),
                "new tokens but seq_len");
-  // float queries: the kernel serves half and bf16.
+  // float queries: the kernel serves half and bf16 (refused with the planner's grid and
+  // with a given one alike).
   EXPECT_ERROR(error_of([&] {
                  attn.plan(kShape, pa::DType::fp32, CacheType::model_dtype, lens, qsl);
+               }),
+               "half or bf16");
+  EXPECT_ERROR(error_of([&] {
+                 attn.plan(kShape, pa::DType::fp32, CacheType::model_dtype, lens, qsl,
+                           /*chunk_tokens=*/0, /*grid=*/4);
                }),
                "half or bf16");
 }
