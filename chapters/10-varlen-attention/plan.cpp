@@ -81,12 +81,11 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
       const int64_t base = plan.partial_rows;
       if (splits > 1) plan.partial_rows += int64_t(kTileRows) * splits;
       PA_REQUIRE(base <= INT32_MAX, "make_plan: the step needs more than 2^31 partial rows");
-      for (int p = 0; p < splits; ++p)
-        plan.items.push_back({tile.seq, h, tile.row0, p * chunk,
-                              std::min(tile.kv_needed, (p + 1) * chunk), p, splits, int(base),
-                              counter});
-      for (int p = 0; p < splits; ++p)
-        item_costs.push_back(item_cost(std::min(tile.kv_needed, (p + 1) * chunk) - p * chunk, tile.rows));
+      for (int p = 0; p < splits; ++p) {
+        const int begin = p * chunk, end = std::min(tile.kv_needed, (p + 1) * chunk);
+        plan.items.push_back({tile.seq, h, tile.row0, begin, end, p, splits, int(base), counter});
+        item_costs.push_back(item_cost(end - begin, tile.rows));
+      }
     }
   }
 
