@@ -7,7 +7,7 @@
 namespace pa::ch03 {
 
 // ANCHOR: build_batch
-BatchMetadata build_batch(BlockManager& manager, const std::vector<int>& seq_ids,
+BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
                           const std::vector<int>& new_tokens, int max_blocks_per_seq) {
   PA_REQUIRE(!seq_ids.empty(), "build_batch: the batch is empty");
   PA_REQUIRE(seq_ids.size() == new_tokens.size(),
@@ -25,21 +25,24 @@ BatchMetadata build_batch(BlockManager& manager, const std::vector<int>& seq_ids
     PA_REQUIRE(std::count(seq_ids.begin(), seq_ids.end(), seq_ids[i]) == 1,
                "build_batch: sequence " << seq_ids[i] << " appears twice in the batch");
     const int64_t len = int64_t(manager.length(seq_ids[i])) + new_tokens[i];
-    const int64_t blocks = (len + bs - 1) / bs;
-    new_blocks += blocks - int64_t(manager.block_list(seq_ids[i]).size());
+    // A manager may hold blocks past the length (chapter 8's dense policy reserves them).
+    const int64_t blocks = std::max<int64_t>((len + bs - 1) / bs, manager.block_list(seq_ids[i]).size());
+    new_blocks += manager.blocks_needed(seq_ids[i], new_tokens[i]);
     widest = std::max(widest, blocks);
     PA_REQUIRE(max_blocks_per_seq == 0 || blocks <= max_blocks_per_seq,
                "build_batch: sequence " << seq_ids[i] << " would hold " << len
                                         << " tokens, beyond the table's capacity of "
                                         << max_blocks_per_seq << " blocks x " << bs);
   }
-  if (new_blocks > manager.allocator().num_free())
+  if (new_blocks > manager.num_free())
     throw ch02::OutOfBlocks("build_batch: the step needs " + std::to_string(new_blocks) +
-                            " new blocks, only " + std::to_string(manager.allocator().num_free()) +
+                            " new blocks, only " + std::to_string(manager.num_free()) +
                             " are free");
   BatchMetadata md;
   md.num_seqs = int(seq_ids.size());
   md.max_blocks_per_seq = max_blocks_per_seq > 0 ? max_blocks_per_seq : int(widest);
+  md.query_start_loc.assign(1, 0);
+  for (int n : new_tokens) md.query_start_loc.push_back(md.query_start_loc.back() + n);
   // TODO(ch03): md (num_seqs and max_blocks_per_seq already set) describes the step,
   //   sequences in batch order: slot_mapping = the slots of all new tokens, sequence after
   //   sequence; context_lens[i] = the length of seq_ids[i] after its new tokens; block_table
@@ -74,6 +77,20 @@ void BatchMetadata::validate(int num_blocks, int block_size) const {
                                           << " is not a block of the pool (0.." << num_blocks - 1
                                           << ")");
     }
+  }
+  if (!query_start_loc.empty()) {
+    PA_REQUIRE(query_start_loc.size() == size_t(num_seqs) + 1 && query_start_loc[0] == 0,
+               "metadata: query_start_loc needs " << num_seqs + 1 << " entries starting at 0");
+    for (int b = 0; b < num_seqs; ++b) {
+      const int n = query_start_loc[size_t(b) + 1] - query_start_loc[size_t(b)];
+      PA_REQUIRE(n >= 0 && n <= context_lens[size_t(b)],
+                 "metadata: sequence " << b << " has " << n << " new tokens (query_start_loc["
+                                       << b + 1 << "] - query_start_loc[" << b << "]) for a context of "
+                                       << context_lens[size_t(b)]);
+    }
+    PA_REQUIRE(slot_mapping.empty() || size_t(query_start_loc.back()) == slot_mapping.size(),
+               "metadata: query_start_loc ends at " << query_start_loc.back() << " but the step has "
+                                                    << slot_mapping.size() << " slots");
   }
   for (size_t i = 0; i < slot_mapping.size(); ++i)
     PA_REQUIRE(slot_mapping[i] < int64_t(num_blocks) * block_size,

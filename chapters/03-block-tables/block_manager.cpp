@@ -1,5 +1,7 @@
 // Your exercise file. (Generated from solutions/03-block-tables/block_manager.cpp; instructors regenerate with tools/make_skeletons.py.)
 // Chapter 3, exercises 1 and 2 of 4: growing and releasing a sequence's block list.
+#include <algorithm>
+
 #include "pa/ch03_block_table.h"
 
 namespace pa::ch03 {
@@ -31,6 +33,13 @@ int BlockManager::length(int seq_id) const {
   auto it = seqs_.find(seq_id);
   PA_REQUIRE(it != seqs_.end(), "length: unknown sequence " << seq_id);
   return it->second.length;
+}
+
+int BlockManager::blocks_needed(int seq_id, int n) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), "blocks_needed: unknown sequence " << seq_id);
+  const int64_t needed = (int64_t(it->second.length) + n + block_size_ - 1) / block_size_;
+  return int(std::max<int64_t>(0, needed - int64_t(it->second.blocks.size())));
 }
 
 // ANCHOR: append_slots

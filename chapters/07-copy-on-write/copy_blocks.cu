@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/07-copy-on-write/copy_blocks.cu; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 7, exercise 4 of 4: copy blocks of every layer in one launch.
+// Chapter 7, exercise 5 of 5: copy blocks of every layer in one launch.
 #include "pa/ch07_cow.h"
 #include "pa/dtype.h"
 #include "pa/launch.h"

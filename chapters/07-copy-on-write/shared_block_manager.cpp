@@ -1,11 +1,13 @@
 // Your exercise file. (Generated from solutions/07-copy-on-write/shared_block_manager.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 7, exercises 1 to 3 of 4: reference-counted blocks with copy-on-write.
+// Chapter 7, exercises 1 to 4 of 5: reference-counted blocks with copy-on-write.
+#include <algorithm>
+
 #include "pa/ch07_cow.h"
 
 namespace pa::ch07 {
 
 SharedBlockManager::SharedBlockManager(int num_blocks, int block_size)
-    : block_size_(block_size), allocator_(num_blocks), refcount_(size_t(num_blocks), 0) {
+    : block_size_(block_size), refcount_(size_t(num_blocks), 0), allocator_(num_blocks) {
   PA_REQUIRE(block_size == 8 || block_size == 16 || block_size == 32,
              "block_size " << block_size << " is not supported (8, 16 or 32)");
 }
@@ -14,6 +16,28 @@ SharedBlockManager::Sequence& SharedBlockManager::find(int seq_id, const char* w
   auto it = seqs_.find(seq_id);
   PA_REQUIRE(it != seqs_.end(), what << ": unknown sequence " << seq_id);
   return it->second;
+}
+
+const SharedBlockManager::Sequence& SharedBlockManager::find(int seq_id, const char* what) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), what << ": unknown sequence " << seq_id);
+  return it->second;
+}
+
+// ANCHOR: needs_copy
+bool SharedBlockManager::needs_copy(int seq_id, int n) const {
+  const Sequence& seq = find(seq_id, "needs_copy");
+  // TODO(ch07): true exactly when writing n more tokens would land in a block that another
+  //   sequence also holds: n > 0, the tail block is partly filled (a full tail gets a fresh
+  //   block for the next token anyway) and its refcount is above 1.
+  PA_TODO("ch07");
+}
+// ANCHOR_END: needs_copy
+
+int SharedBlockManager::blocks_needed(int seq_id, int n) const {
+  const Sequence& seq = find(seq_id, "blocks_needed");
+  const int64_t needed = (int64_t(seq.length) + n + block_size_ - 1) / block_size_;
+  return int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size()))) + (needs_copy(seq_id, n) ? 1 : 0);
 }
 
 void SharedBlockManager::add_sequence(int seq_id) {
@@ -60,8 +84,8 @@ std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
   //   slot may lie in a block that another sequence still holds. A tail block that is shared
   //   (refcount > 1) and partly filled is replaced by a fresh block (count 1), the old one
   //   loses one count, and {old, new} goes to pending_ (take_copies() hands it to whoever
-  //   copies the data). New blocks start with count 1. The free-block check counts the copy's
-  //   block too.
+  //   copies the data). New blocks start with count 1. Blocks come from take_block(), never
+  //   from the allocator directly (chapter 8 overrides take_block to reuse cached blocks).
   PA_TODO("ch07");
 }
 // ANCHOR_END: append_slots
@@ -70,8 +94,8 @@ std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
 void SharedBlockManager::release(int seq_id) {
   Sequence& seq = find(seq_id, "release");
   // TODO(ch07): release(seq_id) drops the sequence's ownership of each of its blocks, in list
-  //   order: a block whose count reaches zero goes back to the allocator (first block first);
-  //   a block another sequence still holds stays allocated. Then the sequence is forgotten.
+  //   order: a block whose count reaches zero is given back with drop_block(b) (first block
+  //   first); a block another sequence still holds stays. Then the sequence is forgotten.
   PA_TODO("ch07");
 }
 // ANCHOR_END: release

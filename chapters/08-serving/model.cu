@@ -192,43 +192,56 @@ std::vector<float> TinyModel::logits_of(int n, const std::vector<int>& rows) {
   return out;
 }
 
+int StepInput::num_decode() const {
+  int d = 0;
+  while (d < batch.num_seqs && batch.query_start_loc[size_t(d) + 1] - batch.query_start_loc[size_t(d)] == 1) ++d;
+  return d;
+}
+
 // ANCHOR: forward_paged
 std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
   const int n = int(in.tokens.size());
   const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
+  const ch03::BatchMetadata& md = in.batch;
   PA_REQUIRE(n > 0, "forward_paged: a step needs at least one token");
-  PA_REQUIRE(in.positions.size() == size_t(n) && in.slot_mapping.size() == size_t(n),
+  PA_REQUIRE(in.positions.size() == size_t(n) && md.slot_mapping.size() == size_t(n),
              "forward_paged: tokens, positions and slot_mapping differ in length");
+  PA_REQUIRE(md.num_seqs > 0 && md.query_start_loc.size() == size_t(md.num_seqs) + 1 &&
+                 md.query_start_loc.back() == n,
+             "forward_paged: query_start_loc must have num_seqs + 1 entries and end at the " << n
+                                                                                           << " tokens");
   for (int t : in.tokens)
     PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of "
                                                        << cfg_.vocab_size);
   for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < n, "logit row " << r << " is not a row of the step");
-  const int n_prefill_rows = n - in.num_decode;
-  const PrefillShape ps{std::max(in.num_prefill, 1), n_prefill_rows, Hq, Hkv, D, kv.shape.block_size,
-                        kv.shape.num_blocks, in.max_blocks_per_seq};
-  if (in.num_prefill > 0)
-    check_metadata(ps, in.prefill_block_table, in.prefill_context_lens, in.prefill_query_start_loc);
-  else
-    PA_REQUIRE(n_prefill_rows == 0, "forward_paged: prefill rows without prefill sequences");
-  ch03::BatchMetadata md;  // the decode part goes through chapter 4's checked upload
-  md.num_seqs = in.num_decode;
-  md.max_blocks_per_seq = in.max_blocks_per_seq;
-  md.block_table.assign(in.decode_block_table.begin(), in.decode_block_table.end());
-  md.context_lens.assign(in.decode_context_lens.begin(), in.decode_context_lens.end());
+  // Split the batch: decode rows (chapter 5) first, then the prefill chunks (this chapter).
+  const int M = md.max_blocks_per_seq, num_decode = in.num_decode(), num_prefill = md.num_seqs - num_decode;
+  std::vector<int> prefill_qsl;
+  for (int b = num_decode; b <= md.num_seqs; ++b) prefill_qsl.push_back(md.query_start_loc[size_t(b)] - num_decode);
+  const std::vector<int> prefill_table(md.block_table.begin() + int64_t(num_decode) * M, md.block_table.end());
+  const std::vector<int> prefill_lens(md.context_lens.begin() + num_decode, md.context_lens.end());
+  const PrefillShape ps{std::max(num_prefill, 1), n - num_decode, Hq, Hkv, D, kv.shape.block_size,
+                        kv.shape.num_blocks, M};
+  if (num_prefill > 0) check_metadata(ps, prefill_table, prefill_lens, prefill_qsl);
+  ch03::BatchMetadata decode_md;  // the decode part goes through chapter 4's checked upload
+  decode_md.num_seqs = num_decode;
+  decode_md.max_blocks_per_seq = M;
+  decode_md.block_table.assign(md.block_table.begin(), md.block_table.begin() + int64_t(num_decode) * M);
+  decode_md.context_lens.assign(md.context_lens.begin(), md.context_lens.begin() + num_decode);
   std::unique_ptr<ch04::DeviceBatch> decode;
-  if (in.num_decode > 0) decode.reset(new ch04::DeviceBatch(md, kv.shape.num_blocks, kv.shape.block_size));
-  for (int64_t slot : in.slot_mapping)
+  if (num_decode > 0) decode.reset(new ch04::DeviceBatch(decode_md, kv.shape.num_blocks, kv.shape.block_size));
+  for (int64_t slot : md.slot_mapping)
     PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * kv.shape.block_size,
                "slot " << slot << " is outside the pool");
 
   Scratch& s = *s_;
   s.reserve(n, cfg_);
   s.positions = DeviceBuffer<int>(in.positions);
-  s.slots = DeviceBuffer<int64_t>(in.slot_mapping);
-  if (in.num_prefill > 0) {
-    s.prefill_table = DeviceBuffer<int>(in.prefill_block_table);
-    s.prefill_lens = DeviceBuffer<int>(in.prefill_context_lens);
-    s.qsl = DeviceBuffer<int>(in.prefill_query_start_loc);
+  s.slots = DeviceBuffer<int64_t>(md.slot_mapping);
+  if (num_prefill > 0) {
+    s.prefill_table = DeviceBuffer<int>(prefill_table);
+    s.prefill_lens = DeviceBuffer<int>(prefill_lens);
+    s.qsl = DeviceBuffer<int>(prefill_qsl);
   }
   embed(s.x, s.tokens, w_->embed, in.tokens, H);
   const float scale = 1.f / std::sqrt(float(D));
@@ -247,14 +260,14 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
                                    s.slots.get());
     // ... then decode rows attend with chapter 5, prefill rows with this chapter's kernel.
     if (decode) {
-      const ch04::PagedAttentionShape ds{in.num_decode, Hq, Hkv, D, kv.shape.block_size,
-                                         kv.shape.num_blocks, in.max_blocks_per_seq};
+      const ch04::PagedAttentionShape ds{num_decode, Hq, Hkv, D, kv.shape.block_size,
+                                         kv.shape.num_blocks, M};
       ch05::paged_attention<float>(ds, s.attn.get(), s.q.get(), pool.k.get(), pool.v.get(),
                                    decode->block_table.get(), decode->context_lens.get(),
                                    decode->max_context_len, scale, ws_);
     }
-    if (in.num_prefill > 0)
-      prefill_attention<float>(ps, s.attn.get() + in.num_decode * q_row, s.q.get() + in.num_decode * q_row,
+    if (num_prefill > 0)
+      prefill_attention<float>(ps, s.attn.get() + num_decode * q_row, s.q.get() + num_decode * q_row,
                                pool.k.get(), pool.v.get(), s.prefill_table.get(), s.prefill_lens.get(),
                                s.qsl.get(), scale);
     matmul(s.x.get(), s.attn.get(), w_->wo[size_t(l)].get(), n, Hq * D, H, true);

@@ -6,6 +6,8 @@
 //   block_table  [num_seqs, max_blocks_per_seq] int32: logical block -> physical block
 //   context_lens [num_seqs] int32: tokens in each sequence, including this step's
 //   slot_mapping [num_new_tokens] int64: where each new token's K and V are written
+//   query_start_loc [num_seqs + 1] int32: sequence i's new tokens are rows
+//                qsl[i] .. qsl[i + 1] - 1 of the step (what varlen kernels read)
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,25 @@ namespace pa::ch03 {
 // Table entries past a sequence's last block. No kernel may read them.
 inline constexpr int32_t kPaddingBlock = -1;
 
+// ANCHOR: slot_manager
+// What build_batch needs from a block manager. This chapter's BlockManager is one;
+// chapter 7's sharing manager and chapter 8's caching manager are others, so the same
+// build_batch (yours) makes the metadata of every later chapter's steps.
+class SlotManager {
+ public:
+  virtual ~SlotManager() = default;
+  virtual int block_size() const = 0;
+  virtual int num_blocks() const = 0;
+  virtual int num_free() const = 0;                         // blocks a step can still take
+  virtual int blocks_needed(int seq_id, int n) const = 0;  // what append_slots(seq_id, n) takes
+  virtual int length(int seq_id) const = 0;
+  virtual const std::vector<int>& block_list(int seq_id) const = 0;  // physical ids, in order
+  virtual std::vector<int64_t> append_slots(int seq_id, int n) = 0;
+};
+// ANCHOR_END: slot_manager
+
 // ANCHOR: manager
-class BlockManager {
+class BlockManager : public SlotManager {
  public:
   BlockManager(int num_blocks, int block_size);
 
@@ -30,15 +49,17 @@ class BlockManager {
   // Makes room for n more tokens of seq_id and returns their n slots, in order. Allocates
   // a block only when the last one is full. Throws ch02::OutOfBlocks, changing nothing,
   // if the pool cannot hold them; throws pa::Error for n < 0 or an unknown sequence.
-  std::vector<int64_t> append_slots(int seq_id, int n);
+  std::vector<int64_t> append_slots(int seq_id, int n) override;
   // Returns every block of seq_id to the allocator, exactly once, and forgets it.
   void release(int seq_id);
 
   bool has_sequence(int seq_id) const { return seqs_.count(seq_id) != 0; }
-  const std::vector<int>& block_list(int seq_id) const;  // physical ids, logical order
-  int length(int seq_id) const;
-  int block_size() const { return block_size_; }
-  int num_blocks() const { return allocator_.num_blocks(); }
+  const std::vector<int>& block_list(int seq_id) const override;  // physical ids, logical order
+  int length(int seq_id) const override;
+  int blocks_needed(int seq_id, int n) const override;
+  int block_size() const override { return block_size_; }
+  int num_blocks() const override { return allocator_.num_blocks(); }
+  int num_free() const override { return allocator_.num_free(); }
   const ch02::BlockAllocator& allocator() const { return allocator_; }
 
  private:
@@ -60,10 +81,12 @@ struct BatchMetadata {
   std::vector<int32_t> block_table;   // [num_seqs * max_blocks_per_seq], padding -1
   std::vector<int32_t> context_lens;  // [num_seqs]
   std::vector<int64_t> slot_mapping;  // [new tokens of the step, in batch order]
+  std::vector<int32_t> query_start_loc;  // [num_seqs + 1]: 0, then running sums of new tokens
 
   // The checked mode: throws pa::Error naming the first bad entry (a block id out of
   // range, a negative length, a context_len beyond the table's capacity, a missing block,
-  // a slot outside the pool) before any kernel can read it.
+  // a slot outside the pool, a query_start_loc that does not add up) before any kernel can
+  // read it.
   void validate(int num_blocks, int block_size) const;
 };
 
@@ -71,7 +94,7 @@ struct BatchMetadata {
 // length for a prefill) and returns the step's metadata. max_blocks_per_seq = 0 sizes the
 // table to the longest sequence of the batch. Checks everything first, so that a failure
 // (out of blocks, a table too small) changes nothing.
-BatchMetadata build_batch(BlockManager& manager, const std::vector<int>& seq_ids,
+BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
                           const std::vector<int>& new_tokens, int max_blocks_per_seq = 0);
 // ANCHOR_END: metadata
 

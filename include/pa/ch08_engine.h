@@ -19,7 +19,8 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
+#include <set>
+#include <tuple>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -28,6 +29,7 @@
 #include "pa/ch02_paged.h"
 #include "pa/ch07_cow.h"
 #include "pa/ch08_model.h"
+#include "pa/ch08_sampling.h"
 #include "pa/trace.h"
 
 namespace pa::ch08 {
@@ -41,7 +43,11 @@ inline constexpr uint64_t kRootHash = 0x8d2ac4f0e3b1ull;  // the parent of a fir
 // ANCHOR_END: hash
 
 // ANCHOR: manager
-class CachingBlockManager {
+// Chapter 7's sharing manager (refcounts, fork, copy-on-write: your code), extended with
+// a memory of full blocks. A block whose last owner leaves stays cached (evictable) if it
+// is registered under a hash, and a new block is taken from the free list first, else from
+// the least recently released cached block.
+class CachingBlockManager : public ch07::SharedBlockManager {
  public:
   CachingBlockManager(int num_blocks, int block_size, bool prefix_caching = true);
 
@@ -49,59 +55,48 @@ class CachingBlockManager {
   // most max_tokens tokens long, in order. Takes nothing.
   std::vector<int> match_prefix(const std::vector<int>& tokens, int max_tokens) const;
   // Starts sequence seq_id owning `prefix` (one more owner of each: an evictable block
-  // leaves the LRU list). Its length becomes prefix.size() * block_size.
-  void add_sequence(int seq_id, const std::vector<int>& prefix);
-  // Room for n more tokens, chapter 3's rule: a block only when the last one is full.
-  // Throws ch02::OutOfBlocks, changing nothing, if it does not fit.
-  std::vector<int64_t> append_slots(int seq_id, int n);
-  // Blocks append_slots(seq_id, n) would take.
-  int blocks_needed(int seq_id, int n) const;
+  // leaves the evictable set). Its length becomes prefix.size() * block_size.
+  void add_sequence(int seq_id, const std::vector<int>& prefix = {});
+  // Chapter 7's fork; the child also inherits the parent's committed block hashes.
+  void fork(int parent, int child);
+  // Chapter 7's release (a cached block whose last owner leaves becomes evictable), and
+  // the sequence's hashes are forgotten.
+  void release(int seq_id);
   // Holds blocks for `tokens` tokens now (the dense policy's reservation); length unchanged.
   void reserve(int seq_id, int tokens);
   // Registers the sequence's full blocks whose tokens[0 .. num_computed) are computed.
   void commit(int seq_id, const std::vector<int>& tokens, int num_computed);
-  // Drops the sequence's ownership, last block first; a block nobody owns becomes
-  // evictable if it is cached, free otherwise.
-  void release(int seq_id);
   // Frees every evictable block (forgetting its hash).
   void clear_cache();
 
-  int num_blocks() const { return allocator_.num_blocks(); }
-  int block_size() const { return block_size_; }
-  int num_free() const { return allocator_.num_free() + int(lru_.size()); }  // free + evictable
-  int num_evictable() const { return int(lru_.size()); }
+  int num_free() const override {  // free + evictable: what a step can take
+    return SharedBlockManager::num_free() + int(evictable_.size());
+  }
+  int num_evictable() const { return int(evictable_.size()); }
   int num_cached() const { return int(cached_.size()); }
-  int refcount(int block) const { return refcount_.at(size_t(block)); }
   int64_t evictions() const { return evictions_; }
-  bool has_sequence(int seq_id) const { return seqs_.count(seq_id) != 0; }
-  const std::vector<int>& block_list(int seq_id) const;
-  int length(int seq_id) const;
-  const ch02::BlockAllocator& allocator() const { return allocator_; }
+
+ protected:
+  int take_block() override;          // a free block, else evicts the oldest evictable one
+  void drop_block(int block) override;  // cached: evictable; otherwise free
 
  private:
-  struct Sequence {
-    int length = 0;
-    std::vector<int> blocks;
-    std::vector<uint64_t> hashes;  // hashes of the committed full blocks, in order
-  };
   struct Cached {
-    uint64_t hash = 0, parent = 0;
+    uint64_t hash = 0, parent = 0;  // hash 0: not cached
+    int depth = 0;                  // the block's index in its sequence
     std::vector<int> tokens;
   };
-  Sequence& find(int seq_id, const char* what);
-  int take_block();       // a free block, else the least recently used evictable one
+  // Eviction order: released earlier first; within one release, the deepest block first
+  // (a prefix is only found through its first blocks, so they go last).
+  using EvictKey = std::tuple<int64_t, int, int>;  // (release tick, -depth, block)
   void acquire(int block);
-  int block_size_;
   bool prefix_caching_;
-  ch02::BlockAllocator allocator_;
-  std::vector<int> refcount_;
-  std::unordered_map<uint64_t, int> cached_;   // hash -> block
-  std::vector<Cached> meta_;                   // per block; hash 0 = not cached
-  std::list<int> lru_;                         // evictable blocks, least recent first
-  std::vector<std::list<int>::iterator> lru_pos_;
-  std::vector<bool> in_lru_;
-  std::unordered_map<int, Sequence> seqs_;
-  int64_t evictions_ = 0;
+  std::unordered_map<uint64_t, int> cached_;  // hash -> block
+  std::vector<Cached> meta_;                  // per block
+  std::set<EvictKey> evictable_;
+  std::vector<EvictKey> evict_key_;           // per block, while evictable
+  std::unordered_map<int, std::vector<uint64_t>> hashes_;  // committed block hashes per sequence
+  int64_t tick_ = 0, evictions_ = 0;
 };
 // ANCHOR_END: manager
 
@@ -135,24 +130,38 @@ struct EngineRequest {
   int id;
   std::vector<int> prompt;
   int max_new_tokens;
-  int arrival_step = 0;  // the step at which it arrives
+  int arrival_step = 0;     // the step at which it arrives
+  SamplingParams sampling;  // greedy, one sequence, unless it says otherwise
+};
+
+// One finished sequence of a request: a sample (n > 1) or a beam.
+struct Completion {
+  std::vector<int> tokens;  // the generated tokens
+  double logprob = 0;       // their summed log-probability under the model (beam score)
 };
 
 struct StepReport {
   int step = 0, num_tokens = 0;  // the step's index and new tokens computed
   int running = 0;   // sequences holding KV blocks (scheduled or not this step)
-  int waiting = 0;   // not admitted yet (still to arrive, or queued, or preempted for recompute)
-  int swapped = 0;   // swapped out to host memory
+  int waiting = 0;   // requests not admitted yet (still to arrive, queued, or preempted for recompute)
+  int swapped = 0;   // requests swapped out to host memory
   int finished = 0;  // requests that finished in this step
-  int64_t allocated_slots = 0;  // KV slots held by sequences (reserved or in blocks)
+  int64_t allocated_slots = 0;  // KV slots held by sequences (reserved or in blocks; shared ones per holder)
   int64_t used_slots = 0;       // slots holding a computed or scheduled token
+  int blocks_in_use = 0;        // distinct blocks owned by running sequences
+  int blocks_unshared = 0;      // what they would own if nothing were shared: sum of their block lists
+  int copies = 0;               // copy-on-write block copies run before this step
 };
 
 struct EngineStats {
   int steps = 0, finished = 0, peak_running = 0;
   int preemptions = 0, swap_outs = 0, swap_ins = 0, recomputes = 0;
+  int forks = 0;                // sequences started by fork (samples after the first, new beams)
+  int64_t cow_copies = 0;       // blocks copied by copy-on-write
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, computed_tokens = 0, generated_tokens = 0;
   int64_t sum_allocated_slots = 0, sum_used_slots = 0, peak_wasted_slots = 0;
+  int peak_blocks_in_use = 0, peak_blocks_unshared = 0;
+  int64_t sum_blocks_in_use = 0, sum_blocks_unshared = 0;
 };
 
 class Engine {
@@ -160,14 +169,19 @@ class Engine {
   Engine(TinyModel& model, const EngineConfig& cfg);
   ~Engine();
   // Checks the request (ids unique, tokens in the vocabulary, prompt non-empty, prompt +
-  // output within max_seq_len and within the pool) and queues it.
+  // output within max_seq_len, the sampling parameters, and that the pool and max_num_seqs
+  // can hold all of its sequences) and queues it.
   void add_request(const EngineRequest& r);
   StepReport step();  // one scheduling decision and one forward pass
   bool done() const;
   // Steps until every request is finished; calls on_step after each step.
   void run(const std::function<void(const StepReport&)>& on_step = {});
 
+  // Per request: the first sample, or the best beam.
   const std::map<int, std::vector<int>>& outputs() const { return outputs_; }
+  // Per request: every sample in sample order, or every beam best first.
+  const std::map<int, std::vector<Completion>>& completions() const { return completions_; }
+  // Per request with one greedy or sampled sequence (record_logits): the logits of each token.
   const std::map<int, std::vector<std::vector<float>>>& logits() const { return logits_; }
   const EngineStats& stats() const { return stats_; }
   const CachingBlockManager& blocks() const { return blocks_; }
@@ -176,20 +190,30 @@ class Engine {
 
  private:
   struct Seq;
-  void preempt(Seq& victim);
-  void swap_in(Seq& seq);
-  void finish(Seq& seq);
+  struct Group;
+  struct Scheduled;
+  void preempt(Group& victim);
+  void swap_in(Group& group);
+  void on_logits(Seq& s, const float* row);
+  void step_beams(Group& g);
+  void append_token(Seq& s, int token, const float* row);
+  Seq& fork(Seq& parent);
+  void finish_seq(Seq& s);
+  void report_blocks(StepReport& rep);
   TinyModel& model_;
   EngineConfig cfg_;
   CachingBlockManager blocks_;
   PagedKV kv_;
   std::vector<std::vector<float>> host_k_, host_v_;  // swap space, per layer
   ch02::BlockAllocator host_alloc_;
-  std::vector<Seq*> pending_;                  // not arrived yet, by arrival step
-  std::deque<Seq*> waiting_, swapped_;
-  std::vector<Seq*> running_;                  // admission order, oldest first
-  std::map<int, std::unique_ptr<Seq>> seqs_;
+  std::vector<Group*> pending_;                // not arrived yet, by arrival step
+  std::deque<Group*> waiting_, swapped_;
+  std::vector<Group*> running_;                // admission order, oldest first
+  std::map<int, std::unique_ptr<Group>> groups_;  // by request id
+  std::map<int, std::unique_ptr<Seq>> seqs_;      // by sequence id (the block manager's)
+  int next_seq_id_ = 0;
   std::map<int, std::vector<int>> outputs_;
+  std::map<int, std::vector<Completion>> completions_;
   std::map<int, std::vector<std::vector<float>>> logits_;
   EngineStats stats_;
   int now_ = 0;

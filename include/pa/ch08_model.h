@@ -19,6 +19,7 @@
 
 #include "pa/ch01_dense.h"
 #include "pa/ch02_paged.h"
+#include "pa/ch03_block_table.h"
 #include "pa/ch05_paged_attention_v2.h"
 
 namespace pa::ch08 {
@@ -50,19 +51,15 @@ struct PagedKV {
 };
 
 // ANCHOR: step_input
-// What one step of the paged path computes: N new tokens, decode tokens first.
-//   rows 0 .. num_decode - 1: one token per decoding sequence (chapter 5's kernel);
-//   rows num_decode .. N - 1: the prefill chunks (this chapter's kernel), sequence b's
-//   chunk at rows num_decode + prefill_query_start_loc[b] ..
+// What one step of the paged path computes: N new tokens of a batch that chapter 3's
+// build_batch described. Sequences with one new token come first: their rows attend with
+// chapter 5's decode kernel, the rest (prefill chunks) with this chapter's kernel.
 struct StepInput {
   std::vector<int> tokens, positions;  // [N]
-  std::vector<int64_t> slot_mapping;   // [N]: where each token's K/V go
-  int max_blocks_per_seq = 1;          // width of both block tables
-  int num_decode = 0;
-  std::vector<int> decode_block_table, decode_context_lens;
-  int num_prefill = 0;
-  std::vector<int> prefill_block_table, prefill_context_lens, prefill_query_start_loc;
-  std::vector<int> logit_rows;  // rows whose logits come back (a sequence's last new token)
+  ch03::BatchMetadata batch;           // block_table, context_lens, slot_mapping [N], query_start_loc
+  std::vector<int> logit_rows;         // rows whose logits come back (a sequence's last new token)
+  // The leading sequences with exactly one new token: chapter 5's part of the batch.
+  int num_decode() const;
 };
 // ANCHOR_END: step_input
 

@@ -1,4 +1,4 @@
-// Chapter 7, exercise 4 of 4: copy blocks of every layer in one launch.
+// Chapter 7, exercise 5 of 5: copy blocks of every layer in one launch.
 #include "pa/ch07_cow.h"
 #include "pa/dtype.h"
 #include "pa/launch.h"

@@ -1,10 +1,12 @@
-// Chapter 7, exercises 1 to 3 of 4: reference-counted blocks with copy-on-write.
+// Chapter 7, exercises 1 to 4 of 5: reference-counted blocks with copy-on-write.
+#include <algorithm>
+
 #include "pa/ch07_cow.h"
 
 namespace pa::ch07 {
 
 SharedBlockManager::SharedBlockManager(int num_blocks, int block_size)
-    : block_size_(block_size), allocator_(num_blocks), refcount_(size_t(num_blocks), 0) {
+    : block_size_(block_size), refcount_(size_t(num_blocks), 0), allocator_(num_blocks) {
   PA_REQUIRE(block_size == 8 || block_size == 16 || block_size == 32,
              "block_size " << block_size << " is not supported (8, 16 or 32)");
 }
@@ -13,6 +15,34 @@ SharedBlockManager::Sequence& SharedBlockManager::find(int seq_id, const char* w
   auto it = seqs_.find(seq_id);
   PA_REQUIRE(it != seqs_.end(), what << ": unknown sequence " << seq_id);
   return it->second;
+}
+
+const SharedBlockManager::Sequence& SharedBlockManager::find(int seq_id, const char* what) const {
+  auto it = seqs_.find(seq_id);
+  PA_REQUIRE(it != seqs_.end(), what << ": unknown sequence " << seq_id);
+  return it->second;
+}
+
+// ANCHOR: needs_copy
+bool SharedBlockManager::needs_copy(int seq_id, int n) const {
+  const Sequence& seq = find(seq_id, "needs_copy");
+  // TODO(ch07): true exactly when writing n more tokens would land in a block that another
+  //   sequence also holds: n > 0, the tail block is partly filled (a full tail gets a fresh
+  //   block for the next token anyway) and its refcount is above 1.
+  // HINT(1): the next token goes to position seq.length; which block is that, and who else
+  //   holds it?
+  // HINT(2): n > 0 && seq.length % block_size_ != 0 && refcount_[seq.blocks.back()] > 1.
+  // BEGIN SOLUTION
+  // STUB: PA_TODO("ch07");
+  return n > 0 && seq.length % block_size_ != 0 && refcount_[size_t(seq.blocks.back())] > 1;
+  // END SOLUTION
+}
+// ANCHOR_END: needs_copy
+
+int SharedBlockManager::blocks_needed(int seq_id, int n) const {
+  const Sequence& seq = find(seq_id, "blocks_needed");
+  const int64_t needed = (int64_t(seq.length) + n + block_size_ - 1) / block_size_;
+  return int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size()))) + (needs_copy(seq_id, n) ? 1 : 0);
 }
 
 void SharedBlockManager::add_sequence(int seq_id) {
@@ -70,40 +100,39 @@ std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
   //   slot may lie in a block that another sequence still holds. A tail block that is shared
   //   (refcount > 1) and partly filled is replaced by a fresh block (count 1), the old one
   //   loses one count, and {old, new} goes to pending_ (take_copies() hands it to whoever
-  //   copies the data). New blocks start with count 1. The free-block check counts the copy's
-  //   block too.
-  // HINT(1): Start from your chapter 3 append_slots. First decide whether this call needs a
-  //   copy: n > 0, the tail is shared and the sequence's length is not a multiple of the
-  //   block size. The copy costs one more free block, so count it before the check.
-  // HINT(2): cow = n > 0 && seq.length % bs != 0 && refcount_[seq.blocks.back()] > 1; missing
-  //   = needed - blocks.size() + (cow ? 1 : 0); throw ch02::OutOfBlocks if missing >
-  //   allocator_.num_free(). If cow: fresh = allocator_.allocate(), pending_.push_back({old,
-  //   fresh}), --refcount_[old], refcount_[fresh] = 1, seq.blocks.back() = fresh. Then add
-  //   the remaining blocks with count 1 and compute the slots as in chapter 3.
-  // HINT(3): chapter 3's append_slots, plus copy-on-write. If n > 0 and the tail block
-  //   is shared (refcount > 1) and not full (length % block_size != 0), the tail must be
-  //   copied before anything is written: allocate a block, record {old, new} in pending_,
-  //   drop one count of the old block, and put the new one (count 1) in its place. Count
-  //   the copy in the free-block check that comes first, so a failure changes nothing.
-  //   New blocks start with count 1. A shared tail that is full is left alone.
+  //   copies the data). New blocks start with count 1. Blocks come from take_block(), never
+  //   from the allocator directly (chapter 8 overrides take_block to reuse cached blocks).
+  // HINT(1): Start from your chapter 3 append_slots. needs_copy(seq_id, n) says whether this
+  //   call must copy the tail first, and blocks_needed(seq_id, n) counts that copy's block
+  //   too: check it against num_free() before changing anything.
+  // HINT(2): if blocks_needed(seq_id, n) > num_free() throw ch02::OutOfBlocks. If
+  //   needs_copy(seq_id, n): fresh = take_block(), pending_.push_back({old, fresh}),
+  //   --refcount_[old], refcount_[fresh] = 1, seq.blocks.back() = fresh. Then add blocks
+  //   (take_block(), count 1) until ceil((length + n) / bs) and compute the slots as in
+  //   chapter 3.
+  // HINT(3): chapter 3's append_slots, plus copy-on-write. If the tail block is shared
+  //   (refcount > 1) and not full (length % block_size != 0), and n > 0, it must be copied
+  //   before anything is written: take a block, record {old, new} in pending_, drop one
+  //   count of the old block, and put the new one (count 1) in its place. Check
+  //   blocks_needed against num_free() first, so that a failure changes nothing. A shared
+  //   tail that is full is left alone.
   // BEGIN SOLUTION
   // STUB: PA_TODO("ch07");
-  const bool cow = n > 0 && seq.length % bs != 0 && refcount_[size_t(seq.blocks.back())] > 1;
-  const int64_t needed = (int64_t(seq.length) + n + bs - 1) / bs;
-  const int64_t missing = needed - int64_t(seq.blocks.size()) + (cow ? 1 : 0);
-  if (missing > allocator_.num_free())
+  const int missing = blocks_needed(seq_id, n);
+  if (missing > num_free())
     throw ch02::OutOfBlocks("append_slots: sequence " + std::to_string(seq_id) + " needs " +
                             std::to_string(missing) + " more blocks, only " +
-                            std::to_string(allocator_.num_free()) + " are free");
-  if (cow) {
-    const int old = seq.blocks.back(), fresh = allocator_.allocate();
+                            std::to_string(num_free()) + " are free");
+  if (needs_copy(seq_id, n)) {
+    const int old = seq.blocks.back(), fresh = take_block();
     pending_.push_back({old, fresh});
     --refcount_[size_t(old)];
     refcount_[size_t(fresh)] = 1;
     seq.blocks.back() = fresh;
   }
+  const int64_t needed = (int64_t(seq.length) + n + bs - 1) / bs;
   while (int64_t(seq.blocks.size()) < needed) {
-    const int b = allocator_.allocate();
+    const int b = take_block();
     refcount_[size_t(b)] = 1;
     seq.blocks.push_back(b);
   }
@@ -122,15 +151,16 @@ std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
 void SharedBlockManager::release(int seq_id) {
   Sequence& seq = find(seq_id, "release");
   // TODO(ch07): release(seq_id) drops the sequence's ownership of each of its blocks, in list
-  //   order: a block whose count reaches zero goes back to the allocator (first block first);
-  //   a block another sequence still holds stays allocated. Then the sequence is forgotten.
-  // HINT(1): Chapter 3's release, except that only a block's last owner frees it.
-  // HINT(2): drop one count of each block, in list order; free a block (chapter 2's
-  //   allocator) when its count reaches zero. Then forget the sequence.
+  //   order: a block whose count reaches zero is given back with drop_block(b) (first block
+  //   first); a block another sequence still holds stays. Then the sequence is forgotten.
+  // HINT(1): Chapter 3's release, except that only a block's last owner gives it back, and
+  //   through drop_block (chapter 8 overrides it to keep the block cached).
+  // HINT(2): drop one count of each block, in list order; call drop_block(b) when its count
+  //   reaches zero. Then forget the sequence.
   // BEGIN SOLUTION
   // STUB: PA_TODO("ch07");
   for (int b : seq.blocks)
-    if (--refcount_[size_t(b)] == 0) allocator_.free(b);
+    if (--refcount_[size_t(b)] == 0) drop_block(b);
   seqs_.erase(seq_id);
   // END SOLUTION
 }

@@ -1,19 +1,47 @@
-// Chapter 8, exercise 3 of 3: the scheduler, with continuous batching and preemption.
+// Chapter 8, exercise 3 of 3: the scheduler, with continuous batching, preemption and
+// the sequences that fork: parallel samples and beams.
 #include <algorithm>
+#include <set>
 
 #include "pa/ch08_engine.h"
 
 namespace pa::ch08 {
 
+// One sequence: a request's prompt, then the tokens of one sample or one beam. Its id is
+// the block manager's.
 struct Engine::Seq {
+  int id = 0;
+  Group* group = nullptr;
+  int sample = 0;             // which sample of the request (it seeds the draws)
+  std::vector<int> tokens;    // prompt, then every generated token
+  int num_computed = 0;       // tokens whose K/V are in the cache
+  double logprob = 0;         // summed log-probability of the generated tokens
+  std::vector<float> logits;  // beam search: this step's row, kept until every beam has one
+  std::vector<int> host_blocks;  // where its K/V wait while swapped out
+  int generated() const;
+};
+
+// One request. Its sequences are admitted, preempted and swapped together, so that the
+// beams of a search always advance in the same step.
+struct Engine::Group {
   enum State { pending, waiting, running, swapped, finished };
   int id = 0;
-  std::vector<int> tokens;   // prompt, then every generated token
   int prompt_len = 0, max_new_tokens = 0, arrival_step = 0;
-  int num_computed = 0;      // tokens whose K/V are in the cache
-  int generated = 0;
+  SamplingParams sampling;
   State state = pending;
-  std::vector<int> host_blocks;  // where its K/V wait while swapped out
+  bool forked = false;            // the samples or beams have been made from the prompt
+  std::vector<Seq*> seqs;         // live sequences
+  std::vector<std::pair<int, Completion>> done;  // (sample, completion) of finished samples
+  bool beam() const { return sampling.beam_width > 0; }
+  int width() const { return beam() ? sampling.beam_width : sampling.n; }
+};
+
+int Engine::Seq::generated() const { return int(tokens.size()) - group->prompt_len; }
+
+struct Engine::Scheduled {
+  Seq* seq;
+  int n;       // new tokens this step
+  int blocks;  // blocks they may take (copy-on-write included)
 };
 
 Engine::Engine(TinyModel& model, const EngineConfig& cfg)
@@ -39,29 +67,45 @@ Engine::~Engine() = default;
 
 void Engine::add_request(const EngineRequest& r) {
   const int vocab = model_.config().vocab_size, bs = cfg_.block_size;
-  PA_REQUIRE(seqs_.count(r.id) == 0, "request " << r.id << " was already added");
+  PA_REQUIRE(groups_.count(r.id) == 0, "request " << r.id << " was already added");
   PA_REQUIRE(!r.prompt.empty(), "request " << r.id << " has an empty prompt");
   PA_REQUIRE(r.max_new_tokens >= 1, "request " << r.id << " asks for " << r.max_new_tokens << " new tokens");
   PA_REQUIRE(r.arrival_step >= 0, "request " << r.id << " arrives at a negative step");
   for (int t : r.prompt)
     PA_REQUIRE(t >= 0 && t < vocab, "request " << r.id << ": token " << t << " is outside the vocabulary of " << vocab);
+  check_sampling(r.sampling, vocab);
   const int total = int(r.prompt.size()) + r.max_new_tokens;
   PA_REQUIRE(total <= cfg_.max_seq_len, "request " << r.id << ": prompt + output = " << total
                                                    << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
-  PA_REQUIRE((total + bs - 1) / bs <= cfg_.num_blocks,
-             "request " << r.id << " needs " << (total + bs - 1) / bs << " blocks, the whole pool has "
+  const int width = r.sampling.beam_width > 0 ? r.sampling.beam_width : r.sampling.n;
+  PA_REQUIRE(width == 1 || !cfg_.dense,
+             "request " << r.id << ": the dense policy reserves whole sequences and cannot fork (n or beam_width "
+                        << width << ")");
+  PA_REQUIRE(width <= cfg_.max_num_seqs, "request " << r.id << ": " << width << " sequences (n or beam_width) are more than max_num_seqs "
+                                                    << cfg_.max_num_seqs);
+  // Its sequences share the prompt's full blocks; each may own the rest of its blocks.
+  const int shared = int(r.prompt.size()) / bs, own = (total + bs - 1) / bs - shared;
+  PA_REQUIRE(shared + width * own <= cfg_.num_blocks,
+             "request " << r.id << " needs up to " << shared + width * own << " blocks (" << shared
+                        << " shared prompt blocks + " << width << " sequences x " << own << "), the whole pool has "
                         << cfg_.num_blocks);
+  auto g = std::make_unique<Group>();
+  g->id = r.id;
+  g->prompt_len = int(r.prompt.size());
+  g->max_new_tokens = r.max_new_tokens;
+  g->arrival_step = r.arrival_step;
+  g->sampling = r.sampling;
   auto seq = std::make_unique<Seq>();
-  seq->id = r.id;
+  seq->id = next_seq_id_++;
+  seq->group = g.get();
   seq->tokens = r.prompt;
-  seq->prompt_len = int(r.prompt.size());
-  seq->max_new_tokens = r.max_new_tokens;
-  seq->arrival_step = r.arrival_step;
+  g->seqs.push_back(seq.get());
+  seqs_.emplace(seq->id, std::move(seq));
   auto at = std::upper_bound(pending_.begin(), pending_.end(), r.arrival_step,
-                             [](int step, const Seq* s) { return step < s->arrival_step; });
-  pending_.insert(at, seq.get());
-  stats_.prompt_tokens += seq->prompt_len;
-  seqs_.emplace(r.id, std::move(seq));
+                             [](int step, const Group* x) { return step < x->arrival_step; });
+  pending_.insert(at, g.get());
+  stats_.prompt_tokens += g->prompt_len;
+  groups_.emplace(r.id, std::move(g));
 }
 
 bool Engine::done() const {
@@ -76,63 +120,69 @@ void Engine::run(const std::function<void(const StepReport&)>& on_step) {
 }
 
 // ANCHOR: preempt
-void Engine::preempt(Seq& victim) {
+void Engine::preempt(Group& victim) {
   PA_REQUIRE(!running_.empty() && running_.back() == &victim,
-             "preempt: only the newest running sequence can be the victim");
+             "preempt: only the newest running request can be the victim");
   running_.pop_back();
   ++stats_.preemptions;
-  const std::vector<int>& gpu = blocks_.block_list(victim.id);
-  // TODO(ch08): the victim (already off running_, its preemption counted) gives all its GPU
-  //   KV blocks back and waits to be resumed. Swap (cfg_.preemption == Preemption::swap,
-  //   cfg_.num_swap_blocks > 0, and a free host block for each of its blocks): its KV data
-  //   goes to host blocks, kept in victim.host_blocks in order; state swapped, at the back of
-  //   swapped_, ++stats_.swap_outs, num_computed unchanged. Otherwise recompute: num_computed
-  //   = 0, state waiting, at the FRONT of waiting_, ++stats_.recomputes. Blocks shared with
-  //   other sequences only lose one owner.
-  // HINT(1): blocks_.release(victim.id) gives the GPU blocks back and takes care of shared
-  //   blocks. Choose the mode first: swap needs a free host block for each GPU block
-  //   (host_alloc_.num_free()). Copy before you release: released blocks may be reused, and
-  //   `gpu` refers to the victim's block list, which release() erases.
-  // HINT(2): Swap: allocate a host block per GPU block, pairing gpu[i] with host_blocks[i] in
-  //   a std::vector<ch07::BlockCopy>; collect the data() of each of host_k_ and host_v_; call
-  //   swap_blocks(kv_.k_pools(), kv_.v_pools(), host K, host V, kv_.shape, cfg_.num_blocks,
-  //   host_alloc_.num_blocks(), copies, cudaMemcpyDeviceToHost); then release, set the state,
-  //   queue it and count it. Recompute: release, num_computed = 0, state waiting,
-  //   waiting_.push_front(&victim), count it.
+  int host_needed = 0;
+  for (const Seq* s : victim.seqs) host_needed += int(blocks_.block_list(s->id).size());
+  // TODO(ch08): the victim request (already off running_, its preemption counted) gives all
+  //   the GPU KV blocks of its sequences (victim.seqs) back and waits to be resumed. Swap
+  //   (cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0, and host_needed free
+  //   host blocks): each sequence's KV data goes to host blocks, kept in its host_blocks in
+  //   order; state swapped, at the back of swapped_, ++stats_.swap_outs, num_computed
+  //   unchanged. Otherwise recompute: each sequence's num_computed = 0 and its kept logits
+  //   cleared; state waiting, at the FRONT of waiting_, ++stats_.recomputes. Blocks shared
+  //   with other sequences (a prefix-cache hit, a fork) only lose one owner.
+  // HINT(1): blocks_.release(s->id) gives a sequence's GPU blocks back and takes care of
+  //   shared blocks. Choose the mode first: swap needs host_needed free host blocks
+  //   (host_alloc_.num_free()). Copy before you release: released blocks may be reused.
+  // HINT(2): Swap: for each sequence s and each block b of blocks_.block_list(s->id), take
+  //   a host block h = host_alloc_.allocate(), s->host_blocks.push_back(h) and copies.push_back({b,
+  //   h}); collect the data() of each of host_k_ and host_v_; one call swap_blocks(kv_.k_pools(),
+  //   kv_.v_pools(), host K, host V, kv_.shape, cfg_.num_blocks, host_alloc_.num_blocks(),
+  //   copies, cudaMemcpyDeviceToHost) moves them all; then release each sequence, set the
+  //   state, queue it and count it. Recompute: release each sequence, num_computed = 0,
+  //   logits.clear(); state waiting, waiting_.push_front(&victim), count it.
   // HINT(3): give the victim's blocks back, one of two ways.
   //   swap (cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0, and the host
-  //   has a free block for each of its blocks): take host blocks from host_alloc_, copy
-  //   GPU block gpu[i] to host block i with swap_blocks (cudaMemcpyDeviceToHost, from
-  //   kv_.k_pools()/v_pools() to the data() of host_k_/host_v_), keep them in
-  //   victim.host_blocks, release the GPU blocks, state swapped, to the back of swapped_
-  //   (++stats_.swap_outs). Its num_computed stays: nothing is lost.
-  //   recompute (otherwise): release the blocks, num_computed = 0, state waiting, to the
-  //   FRONT of waiting_ (++stats_.recomputes). Its tokens (prompt and generated so far)
-  //   are computed again as one long prompt when it is readmitted.
-  //   Blocks shared with other sequences only lose one owner: release() does that.
+  //   has host_needed free blocks): give each sequence host blocks from host_alloc_, one per
+  //   GPU block, copy GPU block i to its host block i with swap_blocks
+  //   (cudaMemcpyDeviceToHost, from kv_.k_pools()/v_pools() to the data() of
+  //   host_k_/host_v_), release the GPU blocks, state swapped, to the back of swapped_
+  //   (++stats_.swap_outs). num_computed stays: nothing is lost.
+  //   recompute (otherwise): release each sequence's blocks, num_computed = 0, its logits
+  //   cleared, state waiting, to the FRONT of waiting_ (++stats_.recomputes). Its tokens
+  //   (prompt and generated so far) are computed again as one long prompt when it is
+  //   readmitted.
   // BEGIN SOLUTION
-  // STUB: (void)gpu;
+  // STUB: (void)host_needed;
   // STUB: PA_TODO("ch08");
   if (cfg_.preemption == Preemption::swap && cfg_.num_swap_blocks > 0 &&
-      host_alloc_.num_free() >= int(gpu.size())) {
+      host_alloc_.num_free() >= host_needed) {
     std::vector<ch07::BlockCopy> copies;
-    for (int b : gpu) {
-      victim.host_blocks.push_back(host_alloc_.allocate());
-      copies.push_back({b, victim.host_blocks.back()});
-    }
+    for (Seq* s : victim.seqs)
+      for (int b : blocks_.block_list(s->id)) {
+        s->host_blocks.push_back(host_alloc_.allocate());
+        copies.push_back({b, s->host_blocks.back()});
+      }
     std::vector<float*> hk, hv;
     for (auto& h : host_k_) hk.push_back(h.data());
     for (auto& h : host_v_) hv.push_back(h.data());
     swap_blocks(kv_.k_pools(), kv_.v_pools(), hk, hv, kv_.shape, cfg_.num_blocks,
                 host_alloc_.num_blocks(), copies, cudaMemcpyDeviceToHost);
-    blocks_.release(victim.id);
-    victim.state = Seq::swapped;
+    for (Seq* s : victim.seqs) blocks_.release(s->id);
+    victim.state = Group::swapped;
     swapped_.push_back(&victim);
     ++stats_.swap_outs;
   } else {
-    blocks_.release(victim.id);
-    victim.num_computed = 0;
-    victim.state = Seq::waiting;
+    for (Seq* s : victim.seqs) {
+      blocks_.release(s->id);
+      s->num_computed = 0;
+      s->logits.clear();
+    }
+    victim.state = Group::waiting;
     waiting_.push_front(&victim);
     ++stats_.recomputes;
   }
@@ -140,30 +190,151 @@ void Engine::preempt(Seq& victim) {
 }
 // ANCHOR_END: preempt
 
-void Engine::swap_in(Seq& seq) {
-  blocks_.add_sequence(seq.id, {});
-  blocks_.append_slots(seq.id, seq.num_computed);  // fresh blocks, as many as it had
-  const std::vector<int>& gpu = blocks_.block_list(seq.id);
-  PA_REQUIRE(gpu.size() == seq.host_blocks.size(), "swap_in: block counts differ");
+void Engine::swap_in(Group& g) {
   std::vector<ch07::BlockCopy> copies;
-  for (size_t i = 0; i < gpu.size(); ++i) copies.push_back({seq.host_blocks[i], gpu[i]});
+  for (Seq* s : g.seqs) {
+    blocks_.add_sequence(s->id, {});
+    blocks_.append_slots(s->id, s->num_computed);  // fresh blocks, as many as it had
+    const std::vector<int>& gpu = blocks_.block_list(s->id);
+    PA_REQUIRE(gpu.size() == s->host_blocks.size(), "swap_in: block counts differ");
+    for (size_t i = 0; i < gpu.size(); ++i) copies.push_back({s->host_blocks[i], gpu[i]});
+  }
   std::vector<float*> hk, hv;
   for (auto& h : host_k_) hk.push_back(h.data());
   for (auto& h : host_v_) hv.push_back(h.data());
   swap_blocks(hk, hv, kv_.k_pools(), kv_.v_pools(), kv_.shape, host_alloc_.num_blocks(),
               cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
-  for (int h : seq.host_blocks) host_alloc_.free(h);
-  seq.host_blocks.clear();
-  blocks_.commit(seq.id, seq.tokens, seq.num_computed);  // its full blocks are cacheable again
-  seq.state = Seq::running;
-  running_.push_back(&seq);
+  for (Seq* s : g.seqs) {
+    for (int h : s->host_blocks) host_alloc_.free(h);
+    s->host_blocks.clear();
+    blocks_.commit(s->id, s->tokens, s->num_computed);  // its full blocks are cacheable again
+  }
+  g.state = Group::running;
+  running_.push_back(&g);
   ++stats_.swap_ins;
 }
 
-void Engine::finish(Seq& seq) {
-  blocks_.release(seq.id);  // at once: the next step can use these blocks
-  seq.state = Seq::finished;
+// ANCHOR: fork
+// A new sequence that shares every block of `parent` (chapter 7's fork: no data moves).
+Engine::Seq& Engine::fork(Seq& parent) {
+  auto child = std::make_unique<Seq>(parent);
+  child->id = next_seq_id_++;
+  child->logits.clear();
+  blocks_.fork(parent.id, child->id);
+  Seq& c = *child;
+  parent.group->seqs.push_back(&c);
+  seqs_.emplace(c.id, std::move(child));
+  ++stats_.forks;
+  return c;
+}
+// ANCHOR_END: fork
+
+// The sequence's blocks go back at once; the request ends with its last sequence.
+void Engine::finish_seq(Seq& s) {
+  Group& g = *s.group;
+  blocks_.release(s.id);
+  g.done.push_back({s.sample, Completion{std::vector<int>(s.tokens.begin() + g.prompt_len, s.tokens.end()), s.logprob}});
+  g.seqs.erase(std::find(g.seqs.begin(), g.seqs.end(), &s));
+  seqs_.erase(s.id);
+  if (!g.seqs.empty()) return;
+  // Samples in sample order; beams best first (they finish together, already in order).
+  if (!g.beam())
+    std::stable_sort(g.done.begin(), g.done.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Completion>& out = completions_[g.id];
+  for (auto& d : g.done) out.push_back(std::move(d.second));
+  outputs_[g.id] = out.front().tokens;
+  g.state = Group::finished;
   ++stats_.finished;
+}
+
+void Engine::append_token(Seq& s, int token, const float* row) {
+  const int vocab = model_.config().vocab_size;
+  s.logprob += log_softmax(row, vocab)[size_t(token)];
+  s.tokens.push_back(token);
+  ++stats_.generated_tokens;
+  if (cfg_.record_logits && s.group->width() == 1) logits_[s.group->id].emplace_back(row, row + vocab);
+  if (s.generated() == s.group->max_new_tokens) finish_seq(s);
+}
+
+// ANCHOR: beams
+// One beam-search step, once every beam has its logits: the beam_width best (beam, token)
+// continuations by summed log-probability. A beam chosen once continues in place; chosen k
+// times, it forks k - 1 children (sharing its blocks); not chosen, it is freed. The forks
+// copy nothing now: the next step's writes copy each shared, partly filled tail block
+// (copy-on-write), all in one copy_blocks launch.
+void Engine::step_beams(Group& g) {
+  const int vocab = model_.config().vocab_size;
+  std::vector<const float*> rows;
+  std::vector<double> scores;
+  for (const Seq* s : g.seqs) {
+    rows.push_back(s->logits.data());
+    scores.push_back(s->logprob);
+  }
+  const std::vector<BeamCandidate> best = select_beams(rows, scores, vocab, g.sampling.beam_width);
+  const std::vector<Seq*> parents = g.seqs;
+  std::vector<int> uses(parents.size(), 0);
+  std::vector<Seq*> next;
+  for (const BeamCandidate& c : best)  // forks first: a parent still has its old tokens
+    next.push_back(uses[size_t(c.beam)]++ == 0 ? parents[size_t(c.beam)] : &fork(*parents[size_t(c.beam)]));
+  for (size_t i = 0; i < parents.size(); ++i)
+    if (uses[i] == 0) {
+      blocks_.release(parents[i]->id);
+      seqs_.erase(parents[i]->id);
+    }
+  g.seqs = next;
+  for (size_t i = 0; i < next.size(); ++i) {
+    Seq& s = *next[i];
+    s.sample = int(i);
+    s.logprob = best[i].score;
+    s.logits.clear();
+    s.tokens.push_back(best[i].token);
+    ++stats_.generated_tokens;
+  }
+  g.forked = true;
+  if (next.front()->generated() == g.max_new_tokens)
+    while (!g.seqs.empty()) finish_seq(*g.seqs.front());  // best first
+}
+// ANCHOR_END: beams
+
+// The logits of a sequence's last token: its next token (a sample), or kept for the
+// beam step. After the prompt, a request with n samples forks n - 1 more sequences and
+// each draws its own first token.
+void Engine::on_logits(Seq& s, const float* row) {
+  Group& g = *s.group;
+  const int vocab = model_.config().vocab_size;
+  if (g.beam()) {
+    s.logits.assign(row, row + vocab);
+    return;
+  }
+  if (!g.forked) {
+    g.forked = true;
+    for (int k = 1; k < g.sampling.n; ++k) fork(s).sample = k;
+    for (Seq* x : std::vector<Seq*>(g.seqs)) append_token(*x, sample_token(row, vocab, g.sampling, x->sample, g.prompt_len), row);
+    return;
+  }
+  append_token(s, sample_token(row, vocab, g.sampling, s.sample, int(s.tokens.size())), row);
+}
+
+void Engine::report_blocks(StepReport& rep) {
+  const int bs = cfg_.block_size;
+  rep.running = 0;
+  for (const Group* g : running_)
+    for (const Seq* s : g->seqs) {
+      ++rep.running;
+      const int held = int(blocks_.block_list(s->id).size());
+      rep.allocated_slots += int64_t(held) * bs;
+      rep.used_slots += blocks_.length(s->id);
+      rep.blocks_unshared += held;
+    }
+  rep.blocks_in_use = blocks_.num_blocks() - blocks_.num_free();
+  stats_.peak_running = std::max(stats_.peak_running, rep.running);
+  stats_.sum_allocated_slots += rep.allocated_slots;
+  stats_.sum_used_slots += rep.used_slots;
+  stats_.peak_wasted_slots = std::max(stats_.peak_wasted_slots, rep.allocated_slots - rep.used_slots);
+  stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, rep.blocks_in_use);
+  stats_.peak_blocks_unshared = std::max(stats_.peak_blocks_unshared, rep.blocks_unshared);
+  stats_.sum_blocks_in_use += rep.blocks_in_use;
+  stats_.sum_blocks_unshared += rep.blocks_unshared;
 }
 
 // ANCHOR: step
@@ -172,83 +343,101 @@ StepReport Engine::step() {
   StepReport rep;
   rep.step = now_;
   while (!pending_.empty() && pending_.front()->arrival_step <= now_) {
-    pending_.front()->state = Seq::waiting;
+    pending_.front()->state = Group::waiting;
     waiting_.push_back(pending_.front());
     pending_.erase(pending_.begin());
   }
-  struct Scheduled {
-    Seq* seq;
-    int n;
-    std::vector<int64_t> slots;
-  };
   std::vector<Scheduled> sched;
   int budget = cfg_.max_tokens_per_step;
+  int reserved = 0;  // blocks the scheduled appends may take
   bool preempted = false;
+  int running_seqs = 0;
+  for (const Group* g : running_) running_seqs += int(g->seqs.size());
+  auto add = [&](Seq* s) {
+    const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
+    if (n == 0) return;  // all computed: a beam waiting for its siblings, or no budget left
+    const int blocks = blocks_.blocks_needed(s->id, n);
+    sched.push_back({s, n, blocks});
+    reserved += blocks;
+    budget -= n;
+  };
 
-  // 1. Running sequences, oldest first: the next token, or the next chunk of a prompt.
-  //    No room? The newest running sequence is preempted (possibly this one itself).
+  // 1. Running requests, oldest first: each sequence's next token, or the next chunk of a
+  //    prompt. No room? The newest running request is preempted (possibly this one).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Seq* s = running_[i];
-    const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
-    while (blocks_.blocks_needed(s->id, n) > blocks_.num_free()) {
-      Seq* victim = running_.back();
-      preempt(*victim);
-      preempted = true;
-      if (victim == s) break;
+    Group* g = running_[i];
+    for (Seq* s : g->seqs) {
+      const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
+      if (n == 0) continue;
+      while (blocks_.blocks_needed(s->id, n) > blocks_.num_free() - reserved) {
+        Group* victim = running_.back();
+        if (victim == g)  // its sequences scheduled so far give their blocks back too
+          while (!sched.empty() && sched.back().seq->group == g) {
+            reserved -= sched.back().blocks;
+            budget += sched.back().n;
+            sched.pop_back();
+          }
+        running_seqs -= int(victim->seqs.size());
+        preempt(*victim);
+        preempted = true;
+        if (victim == g) break;
+      }
+      if (g->state != Group::running) break;
+      add(s);
+      if (budget == 0) break;
     }
-    if (s->state != Seq::running) break;  // it was the newest: nothing after it runs
-    sched.push_back({s, n, blocks_.append_slots(s->id, n)});
-    budget -= n;
+    if (g->state != Group::running) break;  // it was the newest: nothing after it runs
   }
-  // 2. Swapped sequences come back first (FIFO), when their blocks and the next token fit.
-  while (!preempted && !swapped_.empty() && int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
-    Seq* s = swapped_.front();
-    if ((s->num_computed + bs) / bs > blocks_.num_free()) break;  // its blocks + the next token
+  // 2. Swapped requests come back first (FIFO), when their blocks and next tokens fit.
+  while (!preempted && !swapped_.empty() && running_seqs + swapped_.front()->width() <= cfg_.max_num_seqs &&
+         budget > 0) {
+    Group* g = swapped_.front();
+    int need = 0;
+    for (const Seq* s : g->seqs) need += (s->num_computed + bs) / bs;  // its blocks + the next token
+    if (need > blocks_.num_free() - reserved) break;
     swapped_.pop_front();
-    swap_in(*s);
-    const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
-    sched.push_back({s, n, blocks_.append_slots(s->id, n)});
-    budget -= n;
+    swap_in(*g);
+    running_seqs += int(g->seqs.size());
+    for (Seq* s : g->seqs) add(s);
   }
-  // 3. New (and recompute-preempted) requests, FIFO, admitted by free blocks: the prompt
-  //    plus one token must fit, minus the blocks a prefix-cache hit provides.
+  // 3. New (and recompute-preempted) requests, FIFO, admitted by free blocks: each
+  //    sequence's tokens plus one must fit, minus the blocks a prefix-cache hit provides.
   while (!preempted && swapped_.empty() && !waiting_.empty() &&
-         int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
-    Seq* s = waiting_.front();
-    const int len = int(s->tokens.size());
-    // At most len - 1 tokens from the cache: the last token must be computed, or there
-    // would be no logits to choose the next token from (a full hit).
-    const std::vector<int> hit = blocks_.match_prefix(s->tokens, len - 1);
-    int evictable_hits = 0;
-    for (int b : hit) evictable_hits += blocks_.refcount(b) == 0 ? 1 : 0;
-    const int want = cfg_.dense ? (cfg_.max_seq_len + bs - 1) / bs : (len + 1 + bs - 1) / bs;
-    if (want - int(hit.size()) + evictable_hits > blocks_.num_free()) break;
+         running_seqs + waiting_.front()->width() <= cfg_.max_num_seqs && budget > 0) {
+    Group* g = waiting_.front();
+    std::vector<std::vector<int>> hits;
+    int need = 0;
+    for (const Seq* s : g->seqs) {
+      const int len = int(s->tokens.size());
+      // At most len - 1 tokens from the cache: the last token must be computed, or there
+      // would be no logits to choose the next token from (a full hit).
+      hits.push_back(blocks_.match_prefix(s->tokens, len - 1));
+      int evictable_hits = 0;
+      for (int b : hits.back()) evictable_hits += blocks_.refcount(b) == 0 ? 1 : 0;
+      const int want = cfg_.dense ? (cfg_.max_seq_len + bs - 1) / bs : (len + 1 + bs - 1) / bs;
+      need += want - int(hits.back().size()) + evictable_hits;
+    }
+    if (need > blocks_.num_free() - reserved) break;
     waiting_.pop_front();
-    blocks_.add_sequence(s->id, hit);
-    if (cfg_.dense) blocks_.reserve(s->id, cfg_.max_seq_len);
-    s->num_computed = int(hit.size()) * bs;
-    stats_.cached_prompt_tokens += s->num_computed;
-    s->state = Seq::running;
-    running_.push_back(s);
-    const int n = std::min(len - s->num_computed, budget);
-    sched.push_back({s, n, blocks_.append_slots(s->id, n)});
-    budget -= n;
+    for (size_t k = 0; k < g->seqs.size(); ++k) {
+      Seq* s = g->seqs[k];
+      blocks_.add_sequence(s->id, hits[k]);
+      if (cfg_.dense) blocks_.reserve(s->id, cfg_.max_seq_len);
+      s->num_computed = int(hits[k].size()) * bs;
+      stats_.cached_prompt_tokens += s->num_computed;
+    }
+    g->state = Group::running;
+    running_.push_back(g);
+    running_seqs += int(g->seqs.size());
+    for (Seq* s : g->seqs) add(s);
   }
 
-  rep.running = int(running_.size());
   rep.waiting = int(waiting_.size() + pending_.size());
   rep.swapped = int(swapped_.size());
-  for (Seq* s : running_) {
-    rep.allocated_slots += int64_t(blocks_.block_list(s->id).size()) * bs;
-    rep.used_slots += blocks_.length(s->id);
-  }
-  stats_.peak_running = std::max(stats_.peak_running, rep.running);
-  stats_.sum_allocated_slots += rep.allocated_slots;
-  stats_.sum_used_slots += rep.used_slots;
-  stats_.peak_wasted_slots = std::max(stats_.peak_wasted_slots, rep.allocated_slots - rep.used_slots);
   ++now_;
   ++stats_.steps;
   if (sched.empty()) {
+    report_blocks(rep);
     // Nothing ran: fine while requests are still to arrive, a bug otherwise.
     PA_REQUIRE(!pending_.empty() || (waiting_.empty() && swapped_.empty()),
                "scheduler stuck at step " << rep.step << ": " << waiting_.size() << " waiting and "
@@ -256,42 +445,35 @@ StepReport Engine::step() {
     return rep;
   }
 
-  // The step's batch: decode tokens first (chapter 5's kernel), then prefill chunks.
-  std::stable_partition(sched.begin(), sched.end(), [](const Scheduled& e) {
-    return e.n == 1 && e.seq->num_computed > 0 && e.seq->num_computed + 1 == int(e.seq->tokens.size());
-  });
+  // The step's batch (chapter 3's build_batch): sequences with one new token first
+  // (chapter 5's decode kernel), then the prefill chunks.
+  std::stable_partition(sched.begin(), sched.end(), [](const Scheduled& e) { return e.n == 1; });
+  std::vector<int> ids, counts;
+  for (const Scheduled& e : sched) {
+    ids.push_back(e.seq->id);
+    counts.push_back(e.n);
+  }
   StepInput in;
-  for (const Scheduled& e : sched)
-    in.max_blocks_per_seq = std::max(in.max_blocks_per_seq, int(blocks_.block_list(e.seq->id).size()));
-  in.prefill_query_start_loc.push_back(0);
-  std::vector<int> logit_seq;  // index into sched of each logit row
-  for (size_t i = 0; i < sched.size(); ++i) {
-    const Scheduled& e = sched[i];
+  in.batch = ch03::build_batch(blocks_, ids, counts);
+  // Copy-on-write: the blocks this step's appends copied, before anything writes to them.
+  const std::vector<ch07::BlockCopy> copies = blocks_.take_copies();
+  if (!copies.empty()) ch07::copy_blocks<float>(kv_.k_pools(), kv_.v_pools(), kv_.shape, copies);
+  rep.copies = int(copies.size());
+  stats_.cow_copies += rep.copies;
+  std::vector<Seq*> logit_seq;  // the sequence of each logit row
+  for (const Scheduled& e : sched) {
     Seq& s = *e.seq;
-    const bool is_decode = e.n == 1 && s.num_computed > 0 && s.num_computed + 1 == int(s.tokens.size());
-    std::vector<int> row = blocks_.block_list(s.id);
-    row.resize(size_t(in.max_blocks_per_seq), ch03::kPaddingBlock);
     for (int j = 0; j < e.n; ++j) {
       in.tokens.push_back(s.tokens[size_t(s.num_computed + j)]);
       in.positions.push_back(s.num_computed + j);
-      in.slot_mapping.push_back(e.slots[size_t(j)]);
-    }
-    if (is_decode) {
-      ++in.num_decode;
-      in.decode_block_table.insert(in.decode_block_table.end(), row.begin(), row.end());
-      in.decode_context_lens.push_back(s.num_computed + 1);
-    } else {
-      ++in.num_prefill;
-      in.prefill_block_table.insert(in.prefill_block_table.end(), row.begin(), row.end());
-      in.prefill_context_lens.push_back(s.num_computed + e.n);
-      in.prefill_query_start_loc.push_back(in.prefill_query_start_loc.back() + e.n);
     }
     if (s.num_computed + e.n == int(s.tokens.size())) {
       in.logit_rows.push_back(int(in.tokens.size()) - 1);
-      logit_seq.push_back(int(i));
+      logit_seq.push_back(&s);
     }
   }
   rep.num_tokens = int(in.tokens.size());
+  report_blocks(rep);
   const std::vector<float> logits = model_.forward_paged(in, kv_);
 
   const int vocab = model_.config().vocab_size;
@@ -300,22 +482,18 @@ StepReport Engine::step() {
     stats_.computed_tokens += e.n;
     blocks_.commit(e.seq->id, e.seq->tokens, e.seq->num_computed);
   }
+  std::set<Group*> beams;
   for (size_t r = 0; r < logit_seq.size(); ++r) {
-    Seq& s = *sched[size_t(logit_seq[r])].seq;
-    const float* row = logits.data() + int64_t(r) * vocab;
-    const int next = argmax(row, vocab);
-    s.tokens.push_back(next);
-    ++s.generated;
-    ++stats_.generated_tokens;
-    outputs_[s.id].push_back(next);
-    if (cfg_.record_logits) logits_[s.id].emplace_back(row, row + vocab);
-    if (s.generated == s.max_new_tokens) {
-      finish(s);
-      ++rep.finished;
-    }
+    Group* g = logit_seq[r]->group;
+    on_logits(*logit_seq[r], logits.data() + int64_t(r) * vocab);
+    if (g->beam()) beams.insert(g);
   }
+  for (Group* g : beams)
+    if (std::all_of(g->seqs.begin(), g->seqs.end(), [](const Seq* s) { return !s->logits.empty(); }))
+      step_beams(*g);
+  for (const Group* g : running_) rep.finished += g->state == Group::finished ? 1 : 0;
   running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const Seq* s) { return s->state == Seq::finished; }),
+                                [](const Group* g) { return g->state == Group::finished; }),
                  running_.end());
   return rep;
 }

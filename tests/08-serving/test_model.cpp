@@ -74,19 +74,20 @@ TEST(ModelErrors, BadStepsAreRefused) {
   pa::ch08::StepInput in;
   in.tokens = {1, 500};
   in.positions = {0, 1};
-  in.slot_mapping = {0, 1};
-  in.num_prefill = 1;
-  in.prefill_block_table = {0};
-  in.prefill_context_lens = {2};
-  in.prefill_query_start_loc = {0, 2};
+  in.batch.num_seqs = 1;
+  in.batch.max_blocks_per_seq = 1;
+  in.batch.slot_mapping = {0, 1};
+  in.batch.block_table = {0};
+  in.batch.context_lens = {2};
+  in.batch.query_start_loc = {0, 2};
   EXPECT_NE(pa::test::error_of([&] { tiny_model().forward_paged(in, kv); }).find("outside the vocabulary"),
             std::string::npos);
   in.tokens = {1, 2};
-  in.slot_mapping = {0, 64};
+  in.batch.slot_mapping = {0, 64};
   EXPECT_NE(pa::test::error_of([&] { tiny_model().forward_paged(in, kv); }).find("slot 64 is outside the pool"),
             std::string::npos);
-  in.slot_mapping = {0, 1};
-  in.prefill_context_lens = {1};
+  in.batch.slot_mapping = {0, 1};
+  in.batch.context_lens = {1};
   EXPECT_NE(pa::test::error_of([&] { tiny_model().forward_paged(in, kv); }).find("2 new tokens but context_len 1"),
             std::string::npos);
 }
