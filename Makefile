@@ -4,6 +4,7 @@
 #   make tour               the tour: each finished chapter on a built-in workload
 #   make test-chapter-1     your code for chapter 1 (red until you finish the TODOs)
 #   make test-solution-1    the reference solution's tests for chapter 1
+#   make test-mine-8        chapter 8's tests on your chapters 1-8 together (demo-mine: the demo)
 #   make check-chapter-1    the same tests in checked mode: races, out-of-bounds accesses,
 #                           uninitialised shared reads and shuffle call sites, with their lines
 #   make hint-1             the next hint for chapter 1 (EXERCISE=2|all, LEVEL=2, RESET=1)
@@ -25,12 +26,12 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CHAPTERS := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)))
 
-.PHONY: help setup configure check-configure build demo tour test test-chapter-% test-solution-% \
+.PHONY: help setup configure check-configure build demo demo-mine tour test test-chapter-% test-solution-% test-mine-% \
         check-chapter-% check-solution-% book doctor nvcc-check skeletons check-skeletons clean \
         hint-% watch-% progress
 
 help:
-	@sed -n '2,17p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,18p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 ifneq ($(SKIP_SETUP),1)
@@ -77,6 +78,16 @@ progress:
 
 test-solution-%: configure
 	@bash tools/run_chapter.sh $(BUILD) solution $*
+
+# make test-mine-8: chapter 8's tests with every chapter from chapters/ (your chapters 1-8
+# together, not the reference's earlier chapters); make demo-mine: the demo on your code.
+test-mine-%: configure
+	@bash tools/run_chapter.sh $(BUILD) mine $*
+
+demo-mine: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target serve_mine > $(BUILD).build.log 2>&1 || \
+	  { grep -E "error" $(BUILD).build.log | head -n 30; echo "build failed (log: $(BUILD).build.log)"; exit 1; }
+	@$(BUILD)/demo/serve_mine
 
 # Checked mode: the emulator as a CPU compute-sanitizer (ThreadSanitizer underneath).
 # Its own build, so that switching back and forth rebuilds nothing.

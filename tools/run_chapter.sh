@@ -11,7 +11,7 @@ if [ -z "$dir" ]; then
 fi
 slug=$(basename "$dir")
 target=test_ch${num}_${flavor}
-src=$([ "$flavor" = chapter ] && echo "chapters/$slug" || echo "solutions/$slug")
+src=$([ "$flavor" = solution ] && echo "solutions/$slug" || echo "chapters/$slug")
 
 # The emulator's schedule: check it before anything runs, so that a typo is one clear
 # error, not every test failing under the "red is expected" banner.
@@ -38,9 +38,17 @@ else
     how="backend cuda"
 fi
 
-echo "== Chapter $((10#$num)) ($slug): $([ "$flavor" = chapter ] && echo 'your code' || echo 'the reference solution') in $src [$how]"
+case "$flavor" in
+    chapter) whose="your code in $src (earlier chapters: the reference's)" ;;
+    mine) whose="your code in chapters/, this chapter and every one before it" ;;
+    *) whose="the reference solution in $src" ;;
+esac
+echo "== Chapter $((10#$num)) ($slug): $whose [$how]"
 if [ "$flavor" = chapter ]; then
     echo "   Red is expected until you finish the TODO($(echo "ch$num")) exercises; each failure says what is missing."
+elif [ "$flavor" = mine ]; then
+    echo "   Green once every chapter up to this one passes its own tests (make test-chapter-N): a"
+    echo "   failure here that test-chapter-$((10#$num)) does not show is in an earlier chapter of yours."
 fi
 if ! cmake --build "$build" --target "$target" > "$build/$target.build.log" 2>&1; then
     grep -E "error|Error" "$build/$target.build.log" | head -n 30
@@ -69,6 +77,9 @@ if [ "$status" = 0 ]; then
 else
     echo "== Chapter $((10#$num)): $passed of $total tests pass, $failed fail$skip_note.$([ "$flavor" = chapter ] && echo ' (Red is expected until the exercises are done.)')"
     [ "$total" = 0 ] && echo "   No test ran: the test program crashed or was interrupted (log: $log)."
+    if [ "$flavor" = mine ]; then
+        echo "   make test-chapter-N for each earlier chapter says which one is not done yet."
+    fi
     if [ "$flavor" = chapter ]; then
         echo "   Your exercises (TODO(ch$num) markers):"
         grep -n "TODO(ch$num)" "$src"/* | sed 's/^/     /; s/:[[:space:]]*\/\/ */: /'

@@ -141,3 +141,54 @@ TEST(SharedBlockManager, BadCallsAreRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// Chapter 8 builds its caching manager on this one by overriding take_block / drop_block:
+// your code must get and give back blocks only through them.
+class CountingManager : public pa::ch07::SharedBlockManager {
+ public:
+  using SharedBlockManager::SharedBlockManager;
+  int taken = 0, dropped = 0;
+
+ protected:
+  int take_block() override {
+    ++taken;
+    return SharedBlockManager::take_block();
+  }
+  void drop_block(int b) override {
+    ++dropped;
+    SharedBlockManager::drop_block(b);
+  }
+};
+
+TEST(Hooks, BlocksComeFromTakeBlockAndGoBackThroughDropBlock) {
+  CountingManager m(16, 8);
+  m.add_sequence(1);
+  m.append_slots(1, 12);  // two blocks, the second half full
+  ASSERT_EQ(m.taken, 2) << "append_slots must take its new blocks with take_block(), not from the allocator "
+                           "(chapter 8 overrides take_block to reuse cached blocks)";
+  m.fork(1, 2);
+  m.append_slots(2, 1);  // copy-on-write of the shared tail: one more block
+  ASSERT_EQ(m.taken, 3) << "the copy-on-write block must come from take_block() too";
+  m.release(1);
+  ASSERT_EQ(m.dropped, 1) << "release: the tail block only sequence 1 held must go back through drop_block(b)";
+  m.release(2);
+  EXPECT_EQ(m.dropped, 3) << "release: each block whose count reaches zero goes back through drop_block(b), once";
+  EXPECT_EQ(m.allocator().num_free(), 16);
+}
+
+TEST(Hooks, BlocksNeededCountsTheCopy) {
+  pa::ch07::SharedBlockManager m(16, 8);
+  m.add_sequence(1);
+  m.append_slots(1, 12);
+  m.fork(1, 2);
+  EXPECT_TRUE(m.needs_copy(2, 1)) << "a shared, half-full tail must be copied before a write";
+  EXPECT_FALSE(m.needs_copy(2, 0)) << "no token, no write, no copy";
+  EXPECT_EQ(m.blocks_needed(2, 1), 1) << "one block for the copy";
+  EXPECT_EQ(m.blocks_needed(2, 5), 2) << "the copy, and a new block for positions 16..";
+  m.append_slots(1, 4);  // sequence 1 fills its tail (copying it first), then shares nothing
+  EXPECT_FALSE(m.needs_copy(2, 1)) << "the tail is no longer shared: sequence 1 copied it";
+}
+
+}  // namespace
