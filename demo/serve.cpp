@@ -1,6 +1,8 @@
 // The serving demo (make demo): chapter 8's engine on the built-in trace, twice, on the
 // same KV memory budget: once with chapter 1's dense policy (every request reserves
 // max_seq_len slots up front), once paged (blocks on demand, preemption, prefix caching).
+// Then sequences that fork (parallel samples and beams, chapter 7's copy-on-write) and, on
+// a GPU, decode steps replayed from CUDA graphs.
 //   usage: serve [--requests N] [--shrink S] [--blocks N] [--per-step N]
 //                [--preemption swap|recompute] [--no-prefix-cache] [--quiet]
 #include <unistd.h>
@@ -191,6 +193,54 @@ int main(int argc, char** argv) try {
   std::printf("\nBoth engines generated the same greedy tokens for every request: %s\n", same ? "yes" : "NO");
   std::printf("Wasted = KV slots a running sequence holds but has not written: the dense policy\n"
               "reserves max_seq_len per request; paging wastes at most the tail of a last block.\n");
+
+  // ANCHOR: forks
+  // Forks: the first requests again, half with n = 4 seeded samples, half with a 4-beam
+  // search. Every sequence of a request shares the prompt's blocks; a copy happens only at
+  // the first write into a shared, partly filled block.
+  std::vector<pa::ch08::EngineRequest> forked(requests.begin(),
+                                              requests.begin() + std::min<size_t>(requests.size(), o.gpu ? 64 : 6));
+  for (size_t i = 0; i < forked.size(); ++i) {
+    if (i % 2 == 0) {
+      forked[i].sampling.n = 4;
+      forked[i].sampling.temperature = 0.8f;
+      forked[i].sampling.top_p = 0.95f;
+      forked[i].sampling.seed = 1000 + i;
+    } else {
+      forked[i].sampling.beam_width = 4;
+    }
+  }
+  EngineConfig fc = paged;
+  fc.num_blocks = o.blocks * 4;
+  fc.num_swap_blocks = fc.num_blocks;
+  const Result f = run("forks", model, fc, forked, o.quiet);
+  const EngineStats& fs = f.stats;
+  const std::string label = std::to_string(forked.size()) + " requests: n = 4 samples or 4 beams";
+  std::printf("\n| %-40s |  with sharing | without sharing |\n", label.c_str());
+  std::printf("|------------------------------------------|---------------|-----------------|\n");
+  std::printf("| peak KV blocks held                      | %13d | %15d |\n", fs.peak_blocks_in_use,
+              fs.peak_blocks_unshared);
+  std::printf("| mean KV blocks held per step             | %13.1f | %15.1f |\n",
+              double(fs.sum_blocks_in_use) / fs.steps, double(fs.sum_blocks_unshared) / fs.steps);
+  std::printf("Forks: %d sequences started by fork; %lld copy-on-write block copies (one copy_blocks\n"
+              "launch per step); memory saved by sharing: %.0f%% at the peak, %.0f%% on average.\n",
+              fs.forks, (long long)fs.cow_copies, 100.0 * (1.0 - double(fs.peak_blocks_in_use) / fs.peak_blocks_unshared),
+              100.0 * (1.0 - double(fs.sum_blocks_in_use) / double(fs.sum_blocks_unshared)));
+  // ANCHOR_END: forks
+
+  // ANCHOR: graphs
+  if (o.gpu) {
+    // The paged run again, its decode-only steps replayed from CUDA graphs.
+    EngineConfig gc = paged;
+    gc.cuda_graphs = true;
+    const Result g = run("graphs", model, gc, requests, o.quiet);
+    const bool same_g = g.outputs == p.outputs;
+    std::printf("\nCUDA graphs: %d of %d steps replayed; %.0f -> %.0f generated tokens/s (x%.2f); "
+                "same tokens: %s\n",
+                g.stats.graph_steps, g.stats.steps, double(p.stats.generated_tokens) / p.seconds,
+                double(g.stats.generated_tokens) / g.seconds, p.seconds / g.seconds, same_g ? "yes" : "NO");
+  }
+  // ANCHOR_END: graphs
   return same ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "serve: %s\n", e.what());

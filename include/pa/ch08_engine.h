@@ -123,6 +123,7 @@ struct EngineConfig {
   bool prefix_caching = true;
   bool dense = false;              // chapter 1's policy: reserve max_seq_len slots per request
   bool record_logits = false;      // keep the logits of every generated token (tests)
+  bool cuda_graphs = false;        // GPU: decode-only steps replay CUDA graphs (TinyModel)
 };
 // ANCHOR_END: engine_config
 
@@ -161,6 +162,7 @@ struct EngineStats {
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, computed_tokens = 0, generated_tokens = 0;
   int64_t sum_allocated_slots = 0, sum_used_slots = 0, peak_wasted_slots = 0;
   int peak_blocks_in_use = 0, peak_blocks_unshared = 0;
+  int graph_steps = 0;          // steps replayed from a CUDA graph
   int64_t sum_blocks_in_use = 0, sum_blocks_unshared = 0;
 };
 

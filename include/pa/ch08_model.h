@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -73,6 +74,18 @@ class TinyModel {
   // in.logit_rows, [logit_rows.size() * vocab_size].
   std::vector<float> forward_paged(const StepInput& in, PagedKV& kv);
 
+  // ANCHOR: graphs
+  // GPU only: a decode step (every sequence one new token) replayed from a CUDA graph,
+  // captured at first use for each batch-size bucket (powers of two up to max_batch; rows
+  // past the batch are padding that writes no slot). A graph holds kv's pool addresses and
+  // fixed metadata buffers max_blocks_per_seq wide; max_context_len sizes chapter 5's grid
+  // for every replay. Gives forward_paged's logits (equal up to rounding).
+  std::vector<float> forward_decode_graph(const StepInput& in, PagedKV& kv, int max_batch,
+                                          int max_blocks_per_seq, int max_context_len);
+  static bool graphs_supported();  // false on the emulator (it has no graphs)
+  int graphs_captured() const;
+  // ANCHOR_END: graphs
+
   // The dense path: one token per sequence b with active[b], appended to caches[layer]
   // (chapter 1); returns the logits of every row, [B * vocab_size] (inactive rows: junk).
   std::vector<float> forward_dense(const std::vector<int>& tokens, const std::vector<bool>& active,
@@ -81,11 +94,16 @@ class TinyModel {
  private:
   struct Weights;
   struct Scratch;
-  void layer_mlp(int layer, int n);
-  std::vector<float> logits_of(int n, const std::vector<int>& rows);
+  void qkv(Scratch& s, int layer, int n, const int* positions, cudaStream_t stream);
+  void out_and_mlp(Scratch& s, int layer, int n, cudaStream_t stream);
+  void run(Scratch& s, int n, const int* tokens, const int* positions, cudaStream_t stream,
+           const std::function<void(int)>& attend);
+  std::vector<float> logits_of(Scratch& s, int n, const std::vector<int>& rows, cudaStream_t stream);
+  struct Graphs;
   ModelConfig cfg_;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Scratch> s_;
+  std::unique_ptr<Graphs> graphs_;
   ch05::Workspace ws_;
 };
 

@@ -474,7 +474,12 @@ StepReport Engine::step() {
   }
   rep.num_tokens = int(in.tokens.size());
   report_blocks(rep);
-  const std::vector<float> logits = model_.forward_paged(in, kv_);
+  // A decode-only step can replay a CUDA graph (GPU): one launch instead of ~20 per layer.
+  const bool graph = cfg_.cuda_graphs && TinyModel::graphs_supported() && in.num_decode() == in.batch.num_seqs;
+  stats_.graph_steps += graph ? 1 : 0;
+  const std::vector<float> logits =
+      graph ? model_.forward_decode_graph(in, kv_, cfg_.max_num_seqs, (cfg_.max_seq_len + bs - 1) / bs, cfg_.max_seq_len)
+            : model_.forward_paged(in, kv_);
 
   const int vocab = model_.config().vocab_size;
   for (const Scheduled& e : sched) {

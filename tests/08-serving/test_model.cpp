@@ -126,3 +126,49 @@ TEST(PagedVsDenseLarge, LongContextsMatchTheDensePath) {
 }
 
 }  // namespace
+
+namespace {
+
+// GPU only: decode steps replayed from CUDA graphs give the tokens of the plain path and
+// its logits up to rounding (chapter 5 may pick v1 or v2 differently for a padded batch).
+TEST(CudaGraphs, DecodeReplaysMatchThePlainPath) {
+  if (!pa::ch08::TinyModel::graphs_supported()) GTEST_SKIP() << "CUDA graphs: GPU only (the emulator has none)";
+  std::vector<pa::ch08::EngineRequest> reqs;
+  for (int i = 0; i < 11; ++i) reqs.push_back({i, random_tokens(5 + 13 * i, 300 + uint64_t(i)), 20 + i, i / 3});
+  reqs[3].sampling.n = 3;             // forks and copy-on-write under replay
+  reqs[3].sampling.temperature = 1.f;
+  reqs[3].sampling.seed = 7;
+  reqs[5].sampling.beam_width = 2;
+  std::map<int, std::vector<pa::ch08::Completion>> got[2];
+  std::map<int, std::vector<std::vector<float>>> logits[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    pa::ch08::EngineConfig cfg;
+    cfg.num_blocks = 96;
+    cfg.max_seq_len = 192;
+    cfg.max_tokens_per_step = 64;
+    cfg.record_logits = true;
+    cfg.cuda_graphs = graphs == 1;
+    pa::ch08::Engine engine(tiny_model(), cfg);
+    for (const auto& r : reqs) engine.add_request(r);
+    engine.run();
+    got[graphs] = engine.completions();
+    logits[graphs] = engine.logits();
+    if (graphs) {
+      EXPECT_GT(engine.stats().graph_steps, 10) << "decode-only steps should replay graphs";
+      EXPECT_GE(tiny_model().graphs_captured(), 2) << "one graph per batch-size bucket";
+    }
+  }
+  for (const auto& r : reqs) {
+    ASSERT_EQ(got[1].at(r.id).size(), got[0].at(r.id).size()) << "request " << r.id;
+    for (size_t k = 0; k < got[0].at(r.id).size(); ++k)
+      EXPECT_EQ(got[1].at(r.id)[k].tokens, got[0].at(r.id)[k].tokens) << "request " << r.id << ", sequence " << k;
+    if (!logits[0].count(r.id)) continue;
+    for (size_t t = 0; t < logits[0].at(r.id).size(); ++t) {
+      const std::vector<double> want(logits[0].at(r.id)[t].begin(), logits[0].at(r.id)[t].end());
+      EXPECT_TRUE(pa::test::all_close(logits[1].at(r.id)[t], want, {{"logit", int64_t(want.size())}}, 1e-4, 1e-4))
+          << "request " << r.id << ", generated token " << t;
+    }
+  }
+}
+
+}  // namespace
