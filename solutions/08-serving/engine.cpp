@@ -74,6 +74,8 @@ void Engine::add_request(const EngineRequest& r) {
   for (int t : r.prompt)
     PA_REQUIRE(t >= 0 && t < vocab, "request " << r.id << ": token " << t << " is outside the vocabulary of " << vocab);
   check_sampling(r.sampling, vocab);
+  // (The width below reads beam_width <= 0 as "no beams": a negative one must not pass.)
+  PA_REQUIRE(r.sampling.beam_width >= 0, "request " << r.id << ": beam_width " << r.sampling.beam_width << " is negative");
   const int total = int(r.prompt.size()) + r.max_new_tokens;
   PA_REQUIRE(total <= cfg_.max_seq_len, "request " << r.id << ": prompt + output = " << total
                                                    << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
@@ -406,17 +408,19 @@ StepReport Engine::step() {
          running_seqs + waiting_.front()->width() <= cfg_.max_num_seqs && budget > 0) {
     Group* g = waiting_.front();
     std::vector<std::vector<int>> hits;
+    std::set<int> evictable_hits;  // a cached block the group's sequences share counts once
     int need = 0;
     for (const Seq* s : g->seqs) {
       const int len = int(s->tokens.size());
       // At most len - 1 tokens from the cache: the last token must be computed, or there
       // would be no logits to choose the next token from (a full hit).
       hits.push_back(blocks_.match_prefix(s->tokens, len - 1));
-      int evictable_hits = 0;
-      for (int b : hits.back()) evictable_hits += blocks_.refcount(b) == 0 ? 1 : 0;
+      for (int b : hits.back())
+        if (blocks_.refcount(b) == 0) evictable_hits.insert(b);
       const int want = cfg_.dense ? (cfg_.max_seq_len + bs - 1) / bs : (len + 1 + bs - 1) / bs;
-      need += want - int(hits.back().size()) + evictable_hits;
+      need += want - int(hits.back().size());
     }
+    need += int(evictable_hits.size());
     if (need > blocks_.num_free() - reserved) break;
     waiting_.pop_front();
     for (size_t k = 0; k < g->seqs.size(); ++k) {
