@@ -5,7 +5,8 @@
 #   usage: bash tools/gpu_check.sh [ARCH] [PART]   (ARCH default 90; PART all, tests,
 #          sanitize, bench or ch10: a lent GPU limits one command's time, so the parts can
 #          run apart; each builds first, which is quick once the build exists; ch10 is
-#          bench_ch10 and the FlashInfer baselines alone, which bench also runs)
+#          bench_ch10 and the FlashInfer baselines alone, which bench also runs; ch08 is
+#          chapters 3, 7 and 8 alone: tests, sanitizers, the demo and bench_cascade)
 # The FlashInfer baselines need .whl/ from tools/fetch_flashinfer.sh (run where PyPI is
 # reachable; carry .whl to the GPU machine); without it they skip and say so.
 set -uo pipefail
@@ -30,6 +31,8 @@ run configure cmake -S . -B $build -G Ninja -DPA_BACKEND=cuda -DCMAKE_CUDA_ARCHI
     -DPA_PYTHON=python3 -DCMAKE_BUILD_TYPE=Release
 targets=()
 [ "$part" = ch10 ] && targets=(--target bench_ch10)  # the ch10 part needs only its bench
+[ "$part" = ch08 ] && targets=(--target test_ch03_solution test_ch07_solution test_ch08_solution
+                               test_ch08_chapter serve bench_cascade)
 run build cmake --build $build -j 16 ${targets[@]+"${targets[@]}"}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 run test_common $build/test_common
@@ -80,6 +83,23 @@ done
 # script skips, and says so, where torch or CUDA is missing.
 run bench_torch_selftest python3 bench/bench_torch.py --self-test
 run bench_torch python3 bench/bench_torch.py --csv "$results/bench_torch.csv" --md "$results/bench_torch.md"
+fi
+if [ "$part" = ch08 ]; then
+for t in $build/test_ch03_solution $build/test_ch07_solution $build/test_ch08_solution; do
+    n=$(basename "$t")
+    run "$n" "$t"
+    filter=()
+    [ "$n" = test_ch08_solution ] && filter=(--gtest_filter=-*Large*)
+    run "memcheck_$n" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" "${filter[@]}"
+    run "racecheck_$n" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 1 "$t" "${filter[@]}"
+done
+if $build/test_ch08_chapter --gtest_brief=1 > "$out/test_ch08_chapter.log" 2>&1; then
+    summary+=("FAIL  test_ch08_chapter (the skeleton passed!)")
+else
+    summary+=("ok    test_ch08_chapter fails, as a skeleton must")
+fi
+run serve $build/demo/serve
+run bench_cascade $build/bench/bench_cascade --csv "$results/bench_cascade.csv" --md "$results/bench_cascade.md"
 fi
 if [ "$part" = ch10 ]; then
 run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"

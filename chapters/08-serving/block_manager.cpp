@@ -65,15 +65,16 @@ std::vector<int> CachingBlockManager::match_prefix(const std::vector<int>& token
 
 void CachingBlockManager::add_sequence(int seq_id, const std::vector<int>& prefix) {
   for (int b : prefix)
-    PA_REQUIRE(b >= 0 && b < num_blocks() && meta_[size_t(b)].hash != 0,
-               "add_sequence: block " << b << " is not a cached block");
+    PA_REQUIRE(b >= 0 && b < num_blocks() && (meta_[size_t(b)].hash != 0 || refcount_[size_t(b)] > 0),
+               "add_sequence: block " << b << " is neither cached nor held by a sequence");
   SharedBlockManager::add_sequence(seq_id);
   Sequence& seq = find(seq_id, "add_sequence");
   std::vector<uint64_t>& hashes = hashes_[seq_id];
   for (int b : prefix) {
     acquire(b);
     seq.blocks.push_back(b);
-    hashes.push_back(meta_[size_t(b)].hash);
+    // The hashes of the leading cached blocks; commit() hashes the rest.
+    if (hashes.size() + 1 == seq.blocks.size() && meta_[size_t(b)].hash != 0) hashes.push_back(meta_[size_t(b)].hash);
   }
   seq.length = int(prefix.size()) * block_size_;
 }

@@ -18,7 +18,8 @@ struct Engine::Seq {
   int num_computed = 0;       // tokens whose K/V are in the cache
   double logprob = 0;         // summed log-probability of the generated tokens
   std::vector<float> logits;  // beam search: this step's row, kept until every beam has one
-  std::vector<int> host_blocks;  // where its K/V wait while swapped out
+  std::vector<int> host_blocks;  // where its K/V wait while swapped out (shared blocks: once)
+  bool parked = false;  // recomputing: waits, holding no block, to share its leader's prefix
   int generated() const;
 };
 
@@ -31,6 +32,7 @@ struct Engine::Group {
   SamplingParams sampling;
   State state = pending;
   bool forked = false;            // the samples or beams have been made from the prompt
+  int rejoin_tokens = 0;          // recomputing: the prefix its parked sequences will share
   std::vector<Seq*> seqs;         // live sequences
   std::vector<std::pair<int, Completion>> done;  // (sample, completion) of finished samples
   bool beam() const { return sampling.beam_width > 0; }
@@ -122,49 +124,133 @@ void Engine::run(const std::function<void(const StepReport&)>& on_step) {
   }
 }
 
+// Copies the request's blocks to host memory, each distinct block once: sequences that
+// share a block share its host copy (swap_in shares it again).
+void Engine::swap_out(Group& g) {
+  std::map<int, int> host_of;  // GPU block -> its host copy
+  std::vector<ch07::BlockCopy> copies;
+  for (Seq* s : g.seqs) {
+    if (s->parked) continue;
+    for (int b : blocks_.block_list(s->id)) {
+      auto [it, fresh] = host_of.emplace(b, -1);
+      if (fresh) {
+        it->second = host_alloc_.allocate();
+        copies.push_back({b, it->second});
+      }
+      s->host_blocks.push_back(it->second);
+    }
+  }
+  std::vector<float*> hk, hv;
+  for (auto& h : host_k_) hk.push_back(h.data());
+  for (auto& h : host_v_) hv.push_back(h.data());
+  swap_blocks(kv_.k_pools(), kv_.v_pools(), hk, hv, kv_.shape, cfg_.num_blocks, host_alloc_.num_blocks(),
+              copies, cudaMemcpyDeviceToHost);
+}
+
 // ANCHOR: preempt
 void Engine::preempt(Group& victim) {
   PA_REQUIRE(!running_.empty() && running_.back() == &victim,
              "preempt: only the newest running request can be the victim");
   running_.pop_back();
   ++stats_.preemptions;
-  int host_needed = 0;
-  for (const Seq* s : victim.seqs) host_needed += int(blocks_.block_list(s->id).size());
+  std::set<int> distinct;  // the host blocks a swap takes: each GPU block once
+  for (const Seq* s : victim.seqs)
+    if (!s->parked) distinct.insert(blocks_.block_list(s->id).begin(), blocks_.block_list(s->id).end());
+  const int host_needed = int(distinct.size());
   // TODO(ch08): the victim request (already off running_, its preemption counted) gives all
-  //   the GPU KV blocks of its sequences (victim.seqs) back and waits to be resumed. Swap
+  //   the GPU KV blocks of its sequences back and waits to be resumed. Parked sequences
+  //   (s->parked) hold no blocks: leave them out of the releases. Swap
   //   (cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0, and host_needed free
-  //   host blocks): each sequence's KV data goes to host blocks, kept in its host_blocks in
-  //   order; state swapped, at the back of swapped_, ++stats_.swap_outs, num_computed
-  //   unchanged. Otherwise recompute: each sequence's num_computed = 0 and its kept logits
-  //   cleared; state waiting, at the FRONT of waiting_, ++stats_.recomputes. Blocks shared
-  //   with other sequences (a prefix-cache hit, a fork) only lose one owner.
+  //   host blocks): swap_out(victim) copies the KV to host blocks; then each sequence's GPU
+  //   blocks are released; state swapped, at the back of swapped_, ++stats_.swap_outs,
+  //   num_computed unchanged. Otherwise recompute: each sequence's blocks released,
+  //   num_computed = 0, logits cleared, parked = false; state waiting, at the FRONT of
+  //   waiting_, ++stats_.recomputes. Blocks shared with other sequences (a prefix-cache hit,
+  //   a fork) only lose one owner.
   (void)host_needed;
   PA_TODO("ch08");
 }
 // ANCHOR_END: preempt
 
+// Blocks swap_in(g) takes, the next token of each sequence included: a full block that
+// sequences shared when they left comes back once, and is shared again.
+int Engine::swap_in_blocks(const Group& g) const {
+  const int bs = cfg_.block_size;
+  std::set<int> back;  // host copies of full blocks already brought back
+  int need = 0;
+  for (const Seq* s : g.seqs) {
+    if (s->parked) continue;
+    size_t shared = 0;
+    while (shared < s->host_blocks.size() && int(shared + 1) * bs <= s->num_computed &&
+           back.count(s->host_blocks[shared]))
+      ++shared;
+    need += (s->num_computed + bs) / bs - int(shared);
+    for (size_t j = shared; j < s->host_blocks.size() && int(j + 1) * bs <= s->num_computed; ++j)
+      back.insert(s->host_blocks[j]);
+  }
+  return need;
+}
+
 void Engine::swap_in(Group& g) {
+  const int bs = cfg_.block_size;
+  std::map<int, int> gpu_of;  // host copy of a full block -> the GPU block it came back to
+  std::set<int> host;         // every host block of the request, freed once
   std::vector<ch07::BlockCopy> copies;
   for (Seq* s : g.seqs) {
-    blocks_.add_sequence(s->id, {});
-    blocks_.append_slots(s->id, s->num_computed);  // fresh blocks, as many as it had
+    if (s->parked) continue;
+    std::vector<int> prefix;  // leading full blocks shared with a sequence already back
+    while (prefix.size() < s->host_blocks.size() && int(prefix.size() + 1) * bs <= s->num_computed &&
+           gpu_of.count(s->host_blocks[prefix.size()]))
+      prefix.push_back(gpu_of[s->host_blocks[prefix.size()]]);
+    blocks_.add_sequence(s->id, prefix);
+    blocks_.append_slots(s->id, s->num_computed - int(prefix.size()) * bs);  // fresh blocks for the rest
     const std::vector<int>& gpu = blocks_.block_list(s->id);
     PA_REQUIRE(gpu.size() == s->host_blocks.size(), "swap_in: block counts differ");
-    for (size_t i = 0; i < gpu.size(); ++i) copies.push_back({s->host_blocks[i], gpu[i]});
+    for (size_t j = prefix.size(); j < gpu.size(); ++j) {
+      copies.push_back({s->host_blocks[j], gpu[j]});
+      if (int(j + 1) * bs <= s->num_computed) gpu_of[s->host_blocks[j]] = gpu[j];
+    }
+    host.insert(s->host_blocks.begin(), s->host_blocks.end());
   }
   std::vector<float*> hk, hv;
   for (auto& h : host_k_) hk.push_back(h.data());
   for (auto& h : host_v_) hv.push_back(h.data());
   swap_blocks(hk, hv, kv_.k_pools(), kv_.v_pools(), kv_.shape, host_alloc_.num_blocks(),
               cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
+  for (int h : host) host_alloc_.free(h);
   for (Seq* s : g.seqs) {
-    for (int h : s->host_blocks) host_alloc_.free(h);
     s->host_blocks.clear();
-    blocks_.commit(s->id, s->tokens, s->num_computed);  // its full blocks are cacheable again
+    if (!s->parked) blocks_.commit(s->id, s->tokens, s->num_computed);  // cacheable again
   }
   g.state = Group::running;
   running_.push_back(&g);
   ++stats_.swap_ins;
+}
+
+// Full blocks every sequence of a recomputed request can share: the longest common token
+// prefix, leaving each sequence at least its last token to compute (for its logits).
+int Engine::shared_prefix_blocks(const Group& g) const {
+  const std::vector<int>& lead = g.seqs.front()->tokens;
+  size_t common = lead.size() - 1;
+  for (const Seq* s : g.seqs) {
+    const auto ends = std::mismatch(lead.begin(), lead.end(), s->tokens.begin(), s->tokens.end());
+    common = std::min({common, size_t(ends.first - lead.begin()), s->tokens.size() - 1});
+  }
+  return int(common) / cfg_.block_size;
+}
+
+// Parked sequences share their leader's first blocks once it has computed them.
+void Engine::rejoin(Group& g) {
+  const Seq* lead = g.seqs.front();
+  if (lead->parked || lead->num_computed < g.rejoin_tokens) return;
+  const std::vector<int>& blocks = blocks_.block_list(lead->id);
+  const std::vector<int> prefix(blocks.begin(), blocks.begin() + g.rejoin_tokens / cfg_.block_size);
+  for (Seq* s : g.seqs)
+    if (s->parked) {
+      blocks_.add_sequence(s->id, prefix);
+      s->num_computed = g.rejoin_tokens;
+      s->parked = false;
+    }
 }
 
 // ANCHOR: fork
@@ -273,6 +359,7 @@ void Engine::report_blocks(StepReport& rep) {
   rep.running = 0;
   for (const Group* g : running_)
     for (const Seq* s : g->seqs) {
+      if (s->parked) continue;
       ++rep.running;
       const int held = int(blocks_.block_list(s->id).size());
       rep.allocated_slots += int64_t(held) * bs;
@@ -307,6 +394,7 @@ StepReport Engine::step() {
   int running_seqs = 0;
   for (const Group* g : running_) running_seqs += int(g->seqs.size());
   auto add = [&](Seq* s) {
+    if (s->parked) return;
     const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
     if (n == 0) return;  // all computed: a beam waiting for its siblings, or no budget left
     const int blocks = blocks_.blocks_needed(s->id, n);
@@ -320,6 +408,7 @@ StepReport Engine::step() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Group* g = running_[i];
     for (Seq* s : g->seqs) {
+      if (s->parked) continue;
       const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
       if (n == 0) continue;
       while (blocks_.blocks_needed(s->id, n) > blocks_.num_free() - reserved) {
@@ -345,9 +434,7 @@ StepReport Engine::step() {
   while (!preempted && !swapped_.empty() && running_seqs + swapped_.front()->width() <= cfg_.max_num_seqs &&
          budget > 0) {
     Group* g = swapped_.front();
-    int need = 0;
-    for (const Seq* s : g->seqs) need += (s->num_computed + bs) / bs;  // its blocks + the next token
-    if (need > blocks_.num_free() - reserved) break;
+    if (swap_in_blocks(*g) > blocks_.num_free() - reserved) break;
     swapped_.pop_front();
     swap_in(*g);
     running_seqs += int(g->seqs.size());
@@ -358,29 +445,46 @@ StepReport Engine::step() {
   while (!preempted && swapped_.empty() && !waiting_.empty() &&
          running_seqs + waiting_.front()->width() <= cfg_.max_num_seqs && budget > 0) {
     Group* g = waiting_.front();
-    std::vector<std::vector<int>> hits;
-    std::set<int> evictable_hits;  // a cached block the group's sequences share counts once
+    // A recomputed request of several sequences shares its common prefix again: the first
+    // sequence (the leader) computes it, or finds it cached; the others wait, parked, and
+    // then share the leader's blocks (rejoin), whether or not the cache still holds them.
+    const int shared = g->seqs.size() > 1 ? shared_prefix_blocks(*g) : 0;
+    std::vector<int> hit;
+    std::set<int> evictable_hits;
     int need = 0;
-    for (const Seq* s : g->seqs) {
+    for (size_t k = 0; k < g->seqs.size(); ++k) {
+      const Seq* s = g->seqs[k];
       const int len = int(s->tokens.size());
+      const int want = cfg_.dense ? (cfg_.max_seq_len + bs - 1) / bs : (len + 1 + bs - 1) / bs;
+      if (k > 0 && shared > 0) {
+        need += want - shared;
+        continue;
+      }
       // At most len - 1 tokens from the cache: the last token must be computed, or there
       // would be no logits to choose the next token from (a full hit).
-      hits.push_back(blocks_.match_prefix(s->tokens, len - 1));
-      for (int b : hits.back())
-        if (blocks_.refcount(b) == 0) evictable_hits.insert(b);
-      const int want = cfg_.dense ? (cfg_.max_seq_len + bs - 1) / bs : (len + 1 + bs - 1) / bs;
-      need += want - int(hits.back().size());
+      const std::vector<int> h = blocks_.match_prefix(s->tokens, len - 1);
+      for (int b : h)
+        if (blocks_.refcount(b) == 0) evictable_hits.insert(b);  // a shared one counts once
+      need += want - int(h.size());
+      if (k == 0) hit = h;
     }
     need += int(evictable_hits.size());
     if (need > blocks_.num_free() - reserved) break;
     waiting_.pop_front();
+    g->rejoin_tokens = shared * bs;
     for (size_t k = 0; k < g->seqs.size(); ++k) {
       Seq* s = g->seqs[k];
-      blocks_.add_sequence(s->id, hits[k]);
+      if (k > 0 && shared > 0) {
+        s->parked = true;
+        continue;
+      }
+      const std::vector<int> h = k == 0 ? hit : blocks_.match_prefix(s->tokens, int(s->tokens.size()) - 1);
+      blocks_.add_sequence(s->id, h);
       if (cfg_.dense) blocks_.reserve(s->id, cfg_.max_seq_len);
-      s->num_computed = int(hits[k].size()) * bs;
+      s->num_computed = int(h.size()) * bs;
       stats_.cached_prompt_tokens += s->num_computed;
     }
+    if (shared > 0) rejoin(*g);  // at once if the leader's cache hit covers the prefix
     g->state = Group::running;
     running_.push_back(g);
     running_seqs += int(g->seqs.size());
@@ -429,7 +533,12 @@ StepReport Engine::step() {
   }
   rep.num_tokens = int(in.tokens.size());
   report_blocks(rep);
-  const std::vector<float> logits = model_.forward_paged(in, kv_);
+  // A decode-only step can replay a CUDA graph (GPU): one launch instead of ~20 per layer.
+  const bool graph = cfg_.cuda_graphs && TinyModel::graphs_supported() && in.num_decode() == in.batch.num_seqs;
+  stats_.graph_steps += graph ? 1 : 0;
+  const std::vector<float> logits =
+      graph ? model_.forward_decode_graph(in, kv_, cfg_.max_num_seqs, (cfg_.max_seq_len + bs - 1) / bs, cfg_.max_seq_len)
+            : model_.forward_paged(in, kv_);
 
   const int vocab = model_.config().vocab_size;
   for (const Scheduled& e : sched) {
@@ -437,6 +546,8 @@ StepReport Engine::step() {
     stats_.computed_tokens += e.n;
     blocks_.commit(e.seq->id, e.seq->tokens, e.seq->num_computed);
   }
+  for (Group* g : running_)  // before any sequence can finish and free the leader's blocks
+    if (g->rejoin_tokens > 0) rejoin(*g);
   std::set<Group*> beams;
   for (size_t r = 0; r < logit_seq.size(); ++r) {
     Group* g = logit_seq[r]->group;

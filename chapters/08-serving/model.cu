@@ -2,6 +2,7 @@
 // is the course's: chapter 2 writes K/V, chapters 5 and 8 read them (chapter 1 on the
 // dense path).
 #include <algorithm>
+#include <map>
 #include <cmath>
 
 #include "pa/ch08_model.h"
@@ -73,10 +74,11 @@ __global__ void silu_kernel(float* x, int64_t count) {
   if (i < count) x[i] = x[i] / (1.f + expf(-x[i]));
 }
 
-void matmul(float* out, const float* in, const float* W, int N, int K, int M, bool accumulate) {
+void matmul(float* out, const float* in, const float* W, int N, int K, int M, bool accumulate,
+            cudaStream_t stream) {
   if (N == 0) return;
   launch(matmul_kernel, dim3((M + kThreads - 1) / kThreads, (N + kRowsPerThread - 1) / kRowsPerThread),
-         dim3(kThreads), 0, nullptr, out, in, W, N, K, M, int(accumulate));
+         dim3(kThreads), 0, stream, out, in, W, N, K, M, int(accumulate));
 }
 
 // Deterministic weights: uniform in [-a, a] from splitmix64.
@@ -113,6 +115,7 @@ struct TinyModel::Scratch {
     ensure(v, rows * c.num_kv_heads * D);
     ensure(attn, rows * c.num_q_heads * D);
     ensure(up, rows * c.ffn_size);
+    ensure(logits, rows * c.vocab_size);
   }
 };
 
@@ -161,33 +164,52 @@ std::vector<float*> PagedKV::v_pools() {
   return out;
 }
 
-// x[n] = table[tokens[n]].
-static void embed(DeviceBuffer<float>& x, DeviceBuffer<int>& d_tokens,
-                  const DeviceBuffer<float>& table, const std::vector<int>& tokens, int hidden) {
-  d_tokens = DeviceBuffer<int>(tokens);
-  launch(embed_kernel, dim3(unsigned(tokens.size())), dim3(kThreads), 0, nullptr, x.get(),
-         table.get(), d_tokens.get(), hidden);
+// One layer's attention input: h = rmsnorm(x); q, k, v = h W; rotary positions.
+void TinyModel::qkv(Scratch& s, int l, int n, const int* positions, cudaStream_t stream) {
+  const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
+  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, stream, s.h.get(), s.x.get(),
+         w_->attn_norm[size_t(l)].get(), H);
+  matmul(s.q.get(), s.h.get(), w_->wq[size_t(l)].get(), n, H, Hq * D, false, stream);
+  matmul(s.k.get(), s.h.get(), w_->wk[size_t(l)].get(), n, H, Hkv * D, false, stream);
+  matmul(s.v.get(), s.h.get(), w_->wv[size_t(l)].get(), n, H, Hkv * D, false, stream);
+  launch(rope_kernel, dim3(n), dim3(kThreads), 0, stream, s.q.get(), positions, Hq, D);
+  launch(rope_kernel, dim3(n), dim3(kThreads), 0, stream, s.k.get(), positions, Hkv, D);
 }
 
-void TinyModel::layer_mlp(int l, int n) {
+// The rest of layer l: x += attn Wo, then the MLP block.
+void TinyModel::out_and_mlp(Scratch& s, int l, int n, cudaStream_t stream) {
   const int H = cfg_.hidden(), F = cfg_.ffn_size;
-  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s_->h.get(), s_->x.get(),
+  matmul(s.x.get(), s.attn.get(), w_->wo[size_t(l)].get(), n, cfg_.num_q_heads * cfg_.head_size, H, true, stream);
+  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, stream, s.h.get(), s.x.get(),
          w_->mlp_norm[size_t(l)].get(), H);
-  matmul(s_->up.get(), s_->h.get(), w_->w_up[size_t(l)].get(), n, H, F, false);
+  matmul(s.up.get(), s.h.get(), w_->w_up[size_t(l)].get(), n, H, F, false, stream);
   const int64_t count = int64_t(n) * F;
-  launch(silu_kernel, dim3(unsigned((count + 255) / 256)), dim3(256), 0, nullptr, s_->up.get(), count);
-  matmul(s_->x.get(), s_->up.get(), w_->w_down[size_t(l)].get(), n, F, H, true);
+  launch(silu_kernel, dim3(unsigned((count + 255) / 256)), dim3(256), 0, stream, s.up.get(), count);
+  matmul(s.x.get(), s.up.get(), w_->w_down[size_t(l)].get(), n, F, H, true, stream);
 }
 
-std::vector<float> TinyModel::logits_of(int n, const std::vector<int>& rows) {
-  const int H = cfg_.hidden(), V = cfg_.vocab_size;
-  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s_->h.get(), s_->x.get(),
-         w_->final_norm.get(), H);
-  ensure(s_->logits, size_t(n) * V);
-  matmul(s_->logits.get(), s_->h.get(), w_->lm_head.get(), n, H, V, false);
+// Embedding, every layer (attend(l) fills s.attn from s.q, s.k, s.v), the final norm and
+// the logits of every row into s.logits: the whole forward pass on the device.
+void TinyModel::run(Scratch& s, int n, const int* tokens, const int* positions, cudaStream_t stream,
+                    const std::function<void(int)>& attend) {
+  const int H = cfg_.hidden();
+  launch(embed_kernel, dim3(unsigned(n)), dim3(kThreads), 0, stream, s.x.get(), w_->embed.get(), tokens, H);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    qkv(s, l, n, positions, stream);
+    attend(l);
+    out_and_mlp(s, l, n, stream);
+  }
+  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, stream, s.h.get(), s.x.get(), w_->final_norm.get(), H);
+  matmul(s.logits.get(), s.h.get(), w_->lm_head.get(), n, H, cfg_.vocab_size, false, stream);
+}
+
+// The logits of `rows`, copied to the host.
+std::vector<float> TinyModel::logits_of(Scratch& s, int n, const std::vector<int>& rows, cudaStream_t stream) {
+  const int V = cfg_.vocab_size;
   std::vector<float> all(size_t(n) * V), out;
-  PA_CUDA_CHECK(cudaMemcpy(all.data(), s_->logits.get(), all.size() * sizeof(float),
-                           cudaMemcpyDeviceToHost));
+  PA_CUDA_CHECK(cudaMemcpyAsync(all.data(), s.logits.get(), all.size() * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream));
+  PA_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (int r : rows) out.insert(out.end(), all.begin() + int64_t(r) * V, all.begin() + int64_t(r + 1) * V);
   return out;
 }
@@ -236,6 +258,7 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
 
   Scratch& s = *s_;
   s.reserve(n, cfg_);
+  s.tokens = DeviceBuffer<int>(in.tokens);
   s.positions = DeviceBuffer<int>(in.positions);
   s.slots = DeviceBuffer<int64_t>(md.slot_mapping);
   if (num_prefill > 0) {
@@ -243,17 +266,9 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
     s.prefill_lens = DeviceBuffer<int>(prefill_lens);
     s.qsl = DeviceBuffer<int>(prefill_qsl);
   }
-  embed(s.x, s.tokens, w_->embed, in.tokens, H);
   const float scale = 1.f / std::sqrt(float(D));
   const int64_t q_row = int64_t(Hq) * D;
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.h.get(), s.x.get(),
-           w_->attn_norm[size_t(l)].get(), H);
-    matmul(s.q.get(), s.h.get(), w_->wq[size_t(l)].get(), n, H, Hq * D, false);
-    matmul(s.k.get(), s.h.get(), w_->wk[size_t(l)].get(), n, H, Hkv * D, false);
-    matmul(s.v.get(), s.h.get(), w_->wv[size_t(l)].get(), n, H, Hkv * D, false);
-    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.q.get(), s.positions.get(), Hq, D);
-    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.k.get(), s.positions.get(), Hkv, D);
+  run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
     // Write first, then read: every new token's K/V lands in its slot (chapter 2) ...
     ch02::KVPool<float>& pool = kv.layers[size_t(l)];
     ch02::reshape_and_cache<float>(kv.shape, s.k.get(), s.v.get(), n, pool.k.get(), pool.v.get(),
@@ -270,42 +285,167 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
       prefill_attention<float>(ps, s.attn.get() + num_decode * q_row, s.q.get() + num_decode * q_row,
                                pool.k.get(), pool.v.get(), s.prefill_table.get(), s.prefill_lens.get(),
                                s.qsl.get(), scale);
-    matmul(s.x.get(), s.attn.get(), w_->wo[size_t(l)].get(), n, Hq * D, H, true);
-    layer_mlp(l, n);
-  }
-  return logits_of(n, in.logit_rows);
+  });
+  return logits_of(s, n, in.logit_rows, nullptr);
 }
 // ANCHOR_END: forward_paged
+
+// ANCHOR: decode_graph
+// Fixed buffers for graph replays: a graph replays the addresses it captured.
+struct TinyModel::Graphs {
+  std::vector<float*> k_pools, v_pools;  // the pools the graphs write and read
+  int max_batch = 0, max_blocks = 0, max_context = 0;
+  Scratch s;
+  DeviceBuffer<int> tokens, positions, table, lens;
+  DeviceBuffer<int64_t> slots;
+  ch05::Workspace ws;
+  cudaStream_t stream = nullptr;
+#if !defined(PA_BACKEND_CPU)
+  std::map<int, cudaGraphExec_t> execs;  // by batch-size bucket
+  ~Graphs() {
+    for (auto& e : execs) cudaGraphExecDestroy(e.second);
+    if (stream) cudaStreamDestroy(stream);
+  }
+#endif
+};
+
+bool TinyModel::graphs_supported() {
+#if defined(PA_BACKEND_CPU)
+  return false;
+#else
+  return true;
+#endif
+}
+
+int TinyModel::graphs_captured() const {
+#if defined(PA_BACKEND_CPU)
+  return 0;
+#else
+  return graphs_ ? int(graphs_->execs.size()) : 0;
+#endif
+}
+
+std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV& kv, int max_batch,
+                                                   int max_blocks_per_seq, int max_context_len) {
+  PA_REQUIRE(graphs_supported(), "forward_decode_graph: CUDA graphs need the cuda backend");
+  const ch03::BatchMetadata& md = in.batch;
+  const int B = md.num_seqs, M = max_blocks_per_seq, bs = kv.shape.block_size;
+  PA_REQUIRE(B > 0 && in.num_decode() == B && int(in.tokens.size()) == B && int(in.positions.size()) == B,
+             "forward_decode_graph: every sequence of the step must have exactly one new token");
+  PA_REQUIRE(B <= max_batch, "forward_decode_graph: " << B << " sequences, the graphs hold " << max_batch);
+  PA_REQUIRE(md.max_blocks_per_seq <= M && int64_t(M) * bs >= max_context_len,
+             "forward_decode_graph: the table is " << md.max_blocks_per_seq << " blocks wide, the graphs hold " << M
+                                                   << " blocks (" << max_context_len << " tokens)");
+  md.validate(kv.shape.num_blocks, bs);
+  for (int b = 0; b < B; ++b)
+    PA_REQUIRE(md.context_lens[size_t(b)] <= max_context_len,
+               "forward_decode_graph: context_len " << md.context_lens[size_t(b)] << " of sequence " << b
+                                                    << " is beyond max_context_len " << max_context_len);
+  for (int t : in.tokens)
+    PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of " << cfg_.vocab_size);
+  for (int64_t slot : md.slot_mapping)
+    PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * bs, "slot " << slot << " is outside the pool");
+  for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < B, "logit row " << r << " is not a row of the step");
+#if defined(PA_BACKEND_CPU)
+  return {};
+#else
+  const int Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads, D = cfg_.head_size;
+  if (!graphs_ || graphs_->k_pools != kv.k_pools() || graphs_->v_pools != kv.v_pools() || graphs_->max_batch != max_batch || graphs_->max_blocks != M ||
+      graphs_->max_context != max_context_len) {
+    graphs_.reset(new Graphs);  // new pools or sizes: the old graphs are stale
+    Graphs& g = *graphs_;
+    g.k_pools = kv.k_pools();
+    g.v_pools = kv.v_pools();
+    g.max_batch = max_batch;
+    g.max_blocks = M;
+    g.max_context = max_context_len;
+    g.s.reserve(max_batch, cfg_);
+    g.tokens = DeviceBuffer<int>(size_t(max_batch));
+    g.positions = DeviceBuffer<int>(size_t(max_batch));
+    g.lens = DeviceBuffer<int>(size_t(max_batch));
+    g.table = DeviceBuffer<int>(size_t(max_batch) * M);
+    g.slots = DeviceBuffer<int64_t>(size_t(max_batch));
+    g.ws.reserve(max_batch, Hq, ch05::num_partitions(max_context_len), D);
+    PA_CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+  }
+  Graphs& g = *graphs_;
+  int bucket = 1;
+  while (bucket < B) bucket *= 2;
+  bucket = std::min(bucket, max_batch);
+  // The step's metadata, padded to the bucket: a padding row reads block 0 (one token)
+  // and writes nowhere (slot -1); its logits are never read.
+  std::vector<int> tokens(size_t(bucket), 0), positions(size_t(bucket), 0), lens(size_t(bucket), 1);
+  std::vector<int> table(size_t(bucket) * M, ch03::kPaddingBlock);
+  std::vector<int64_t> slots(size_t(bucket), -1);
+  for (int b = 0; b < bucket; ++b) {
+    if (b >= B) {
+      table[size_t(b) * M] = 0;
+      continue;
+    }
+    tokens[size_t(b)] = in.tokens[size_t(b)];
+    positions[size_t(b)] = in.positions[size_t(b)];
+    lens[size_t(b)] = md.context_lens[size_t(b)];
+    slots[size_t(b)] = md.slot_mapping[size_t(b)];
+    std::copy(md.block_table.begin() + int64_t(b) * md.max_blocks_per_seq,
+              md.block_table.begin() + int64_t(b + 1) * md.max_blocks_per_seq, table.begin() + int64_t(b) * M);
+  }
+  auto upload = [&](auto* dst, const auto& src) {
+    PA_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(src[0]), cudaMemcpyHostToDevice, g.stream));
+  };
+  upload(g.tokens.get(), tokens);
+  upload(g.positions.get(), positions);
+  upload(g.lens.get(), lens);
+  upload(g.table.get(), table);
+  upload(g.slots.get(), slots);
+  const float scale = 1.f / std::sqrt(float(D));
+  const ch04::PagedAttentionShape ds{bucket, Hq, Hkv, D, bs, kv.shape.num_blocks, M};
+  auto forward = [&] {
+    run(g.s, bucket, g.tokens.get(), g.positions.get(), g.stream, [&](int l) {
+      ch02::KVPool<float>& pool = kv.layers[size_t(l)];
+      ch02::reshape_and_cache<float>(kv.shape, g.s.k.get(), g.s.v.get(), bucket, pool.k.get(), pool.v.get(),
+                                     g.slots.get(), g.stream);
+      ch05::paged_attention<float>(ds, g.s.attn.get(), g.s.q.get(), pool.k.get(), pool.v.get(), g.table.get(),
+                                   g.lens.get(), max_context_len, scale, g.ws, g.stream);
+    });
+  };
+  auto it = g.execs.find(bucket);
+  if (it == g.execs.end()) {
+    forward();  // once outside the capture: loads the kernels; writes what the replay writes
+    cudaGraph_t graph;
+    PA_CUDA_CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
+    forward();
+    PA_CUDA_CHECK(cudaStreamEndCapture(g.stream, &graph));
+    cudaGraphExec_t exec;
+    PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    PA_CUDA_CHECK(cudaGraphDestroy(graph));
+    it = g.execs.emplace(bucket, exec).first;
+  }
+  PA_CUDA_CHECK(cudaGraphLaunch(it->second, g.stream));
+  return logits_of(g.s, bucket, in.logit_rows, g.stream);
+#endif
+}
+// ANCHOR_END: decode_graph
 
 std::vector<float> TinyModel::forward_dense(const std::vector<int>& tokens,
                                             const std::vector<bool>& active,
                                             std::vector<ch01::DenseKVCache<float>>& caches) {
   const int n = int(tokens.size());
-  const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
+  const int D = cfg_.head_size;
   PA_REQUIRE(caches.size() == size_t(cfg_.num_layers), "forward_dense: one cache per layer");
   PA_REQUIRE(caches[0].shape().num_seqs == n, "forward_dense: one token per cache row");
   for (int t : tokens)
     PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary");
   Scratch& s = *s_;
   s.reserve(n, cfg_);
+  s.tokens = DeviceBuffer<int>(tokens);
   s.positions = DeviceBuffer<int>(caches[0].lengths());  // the new token's position
-  embed(s.x, s.tokens, w_->embed, tokens, H);
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.h.get(), s.x.get(),
-           w_->attn_norm[size_t(l)].get(), H);
-    matmul(s.q.get(), s.h.get(), w_->wq[size_t(l)].get(), n, H, Hq * D, false);
-    matmul(s.k.get(), s.h.get(), w_->wk[size_t(l)].get(), n, H, Hkv * D, false);
-    matmul(s.v.get(), s.h.get(), w_->wv[size_t(l)].get(), n, H, Hkv * D, false);
-    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.q.get(), s.positions.get(), Hq, D);
-    launch(rope_kernel, dim3(n), dim3(kThreads), 0, nullptr, s.k.get(), s.positions.get(), Hkv, D);
+  run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
     caches[size_t(l)].append(s.k.get(), s.v.get(), active);
     caches[size_t(l)].decode(s.attn.get(), s.q.get(), 1.f / std::sqrt(float(D)));
-    matmul(s.x.get(), s.attn.get(), w_->wo[size_t(l)].get(), n, Hq * D, H, true);
-    layer_mlp(l, n);
-  }
+  });
   std::vector<int> rows(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) rows[size_t(i)] = i;
-  return logits_of(n, rows);
+  return logits_of(s, n, rows, nullptr);
 }
 
 int argmax(const float* logits, int n) {

@@ -54,8 +54,9 @@ class CachingBlockManager : public ch07::SharedBlockManager {
   // The cached blocks that hold the longest prefix of `tokens` made of full blocks, and at
   // most max_tokens tokens long, in order. Takes nothing.
   std::vector<int> match_prefix(const std::vector<int>& tokens, int max_tokens) const;
-  // Starts sequence seq_id owning `prefix` (one more owner of each: an evictable block
-  // leaves the evictable set). Its length becomes prefix.size() * block_size.
+  // Starts sequence seq_id owning `prefix`, full blocks that are cached or held by another
+  // sequence (one more owner of each: an evictable block leaves the evictable set). Its
+  // length becomes prefix.size() * block_size.
   void add_sequence(int seq_id, const std::vector<int>& prefix = {});
   // Chapter 7's fork; the child also inherits the parent's committed block hashes.
   void fork(int parent, int child);
@@ -195,7 +196,11 @@ class Engine {
   struct Group;
   struct Scheduled;
   void preempt(Group& victim);
+  void swap_out(Group& group);
+  int swap_in_blocks(const Group& group) const;
   void swap_in(Group& group);
+  int shared_prefix_blocks(const Group& group) const;
+  void rejoin(Group& group);
   void on_logits(Seq& s, const float* row);
   void step_beams(Group& g);
   void append_token(Seq& s, int token, const float* row);

@@ -305,16 +305,16 @@ void expect_group_comes_back(Preemption p, int other_new_tokens) {
 // count each of them once, not once per sample (4 x (1 + 4) = 20 > 10 blocks: stuck).
 TEST(Fork, RecomputeCountsTheGroupsCachedPromptOnce) { expect_group_comes_back(Preemption::recompute, 16); }
 
-// KNOWN BUG (issue 13, not fixed here): swap_in gives every sequence fresh blocks of its
-// own, so a swapped-out group comes back unshared: 4 x 5 = 20 blocks, never free in a pool
-// of 10, and the scheduler stops ("scheduler stuck ... 1 swapped"). Swapping must keep the
-// group's sharing (one host copy per shared block, shared again on the way back).
+// A group that fits only by sharing: if swap_in gave every sequence fresh blocks of its
+// own, it would come back unshared, 4 x 5 = 20 blocks, never free in a pool of 10, and the
+// scheduler would stop ("scheduler stuck ... 1 swapped"). swap_out copies a shared block
+// once and swap_in shares it again.
 TEST(Fork, SwapKeepsTheGroupsSharing) { expect_group_comes_back(Preemption::swap, 16); }
 
-// KNOWN BUG (issue 13, not fixed here): request 0 grows to 7 blocks and evicts part of the
-// group's cached prompt; the recomputed samples then each need their own copy of it
-// (4 x 2 own + 3 cached > 10) and the scheduler stops ("scheduler stuck ... 1 waiting").
-// Recomputing a forked group must share its prompt again whether or not it is cached.
+// Request 0 grows to 7 blocks and evicts part of the group's cached prompt; if the
+// recomputed samples each computed their own copy of it (4 x 2 own + 3 cached > 10) the
+// scheduler would stop ("scheduler stuck ... 1 waiting"). The leader recomputes the
+// shared prompt and the parked samples rejoin it, cached or not.
 TEST(Fork, RecomputeSharesThePromptAgainAfterItWasEvicted) { expect_group_comes_back(Preemption::recompute, 24); }
 
 // The prefix cache against forks. Request W's four prompt blocks are cached and nobody
