@@ -1,5 +1,7 @@
 """Chapter 8's golden cases: prefill attention over paged KV (varlen, causal).
 
+(The cascade decode cases, cascade_*/, are golden_ch08_cascade.py's.)
+
 prefill_<dtype>_d<D>_bs<BS>_g<group>_<tag>/ holds
   q               float32 [T, Hq, D]      the new tokens' queries, rounded to dtype
   k_pool          float32 [num_blocks, Hkv, D // x, BS, x]
@@ -22,6 +24,7 @@ import numpy as np
 
 from .dtypes import round_to
 from .golden_ch04 import random_paged_cache
+from .golden_ch08_cascade import cascade_cases
 from .golden_io import TOLERANCES, case_seed, write_case
 from .paged import blocks_for, pack_x
 from .prefill import paged_prefill_attention
@@ -128,6 +131,7 @@ def prefill_params(case):
 
 
 def chapter_08(out_dir):
-    """Chapter 8: prefill attention over paged KV."""
+    """Chapter 8: prefill attention over paged KV, and cascade decode attention."""
     for case in CH08_PREFILL:
         write_case(out_dir / case.name, prefill_arrays(case), prefill_params(case))
+    cascade_cases(out_dir)
