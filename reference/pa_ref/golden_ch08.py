@@ -1,6 +1,7 @@
 """Chapter 8's golden cases: prefill attention over paged KV (varlen, causal).
 
-(The sampling_ and beams_ cases come from golden_ch08_sampling.py.)
+(The sampling_ and beams_ cases come from golden_ch08_sampling.py; the cascade decode
+cases, cascade_*/, are golden_ch08_cascade.py's.)
 
 prefill_<dtype>_d<D>_bs<BS>_g<group>_<tag>/ holds
   q               float32 [T, Hq, D]      the new tokens' queries, rounded to dtype
@@ -24,6 +25,7 @@ import numpy as np
 
 from .dtypes import round_to
 from .golden_ch04 import random_paged_cache
+from .golden_ch08_cascade import cascade_cases
 from .golden_ch08_sampling import chapter_08_sampling
 from .golden_io import TOLERANCES, case_seed, write_case
 from .paged import blocks_for, pack_x
@@ -131,7 +133,9 @@ def prefill_params(case):
 
 
 def chapter_08(out_dir):
-    """Chapter 8: prefill attention over paged KV; sampling and beam selection."""
+    """Chapter 8: prefill attention over paged KV, cascade decode attention, sampling and
+    beam selection."""
     for case in CH08_PREFILL:
         write_case(out_dir / case.name, prefill_arrays(case), prefill_params(case))
+    cascade_cases(out_dir)
     chapter_08_sampling(out_dir)
