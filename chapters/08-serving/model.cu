@@ -69,6 +69,18 @@ __global__ void rope_kernel(float* x, const int* positions, int num_heads, int D
   }
 }
 
+template <typename To, typename From>
+__global__ void convert_kernel(To* out, const From* in, int64_t count) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) out[i] = from_float<To>(to_float(in[i]));
+}
+
+template <typename To, typename From>
+void convert(To* out, const From* in, int64_t count, cudaStream_t stream) {
+  if (count > 0)
+    launch(convert_kernel<To, From>, dim3(unsigned((count + 255) / 256)), dim3(256), 0, stream, out, in, count);
+}
+
 __global__ void silu_kernel(float* x, int64_t count) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) x[i] = x[i] / (1.f + expf(-x[i]));
@@ -102,6 +114,7 @@ struct TinyModel::Weights {
 
 struct TinyModel::Scratch {
   DeviceBuffer<float> x, h, q, k, v, attn, up, logits;
+  DeviceBuffer<uint8_t> q_c, k_c, v_c, attn_c;  // q, k, v, attn in a 16-bit cache's type
   DeviceBuffer<int> tokens, positions, decode_table, decode_lens, prefill_table, prefill_lens, qsl;
   DeviceBuffer<int64_t> slots;
 
@@ -116,6 +129,12 @@ struct TinyModel::Scratch {
     ensure(attn, rows * c.num_q_heads * D);
     ensure(up, rows * c.ffn_size);
     ensure(logits, rows * c.vocab_size);
+    if (c.kv_dtype != DType::fp32) {
+      ensure(q_c, rows * c.num_q_heads * D * 2);
+      ensure(k_c, rows * c.num_kv_heads * D * 2);
+      ensure(v_c, rows * c.num_kv_heads * D * 2);
+      ensure(attn_c, rows * c.num_q_heads * D * 2);
+    }
   }
 };
 
@@ -150,17 +169,23 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
 TinyModel::~TinyModel() = default;
 
 PagedKV::PagedKV(const ModelConfig& c, int num_blocks, int block_size)
-    : shape{num_blocks, block_size, c.num_kv_heads, c.head_size} {
-  for (int l = 0; l < c.num_layers; ++l) layers.emplace_back(shape);
+    : shape{num_blocks, block_size, c.num_kv_heads, c.head_size}, dtype(c.kv_dtype) {
+  with_kv_type(dtype, [&](auto t) {
+    for (int l = 0; l < c.num_layers; ++l) layers<decltype(t)>().emplace_back(shape);
+  });
 }
-std::vector<float*> PagedKV::k_pools() {
-  std::vector<float*> out;
-  for (auto& p : layers) out.push_back(p.k.get());
+std::vector<void*> PagedKV::k_pools() {
+  std::vector<void*> out;
+  with_kv_type(dtype, [&](auto t) {
+    for (auto& p : layers<decltype(t)>()) out.push_back(p.k.get());
+  });
   return out;
 }
-std::vector<float*> PagedKV::v_pools() {
-  std::vector<float*> out;
-  for (auto& p : layers) out.push_back(p.v.get());
+std::vector<void*> PagedKV::v_pools() {
+  std::vector<void*> out;
+  with_kv_type(dtype, [&](auto t) {
+    for (auto& p : layers<decltype(t)>()) out.push_back(p.v.get());
+  });
   return out;
 }
 
@@ -223,8 +248,9 @@ int StepInput::num_decode() const {
 // ANCHOR: forward_paged
 std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
   const int n = int(in.tokens.size());
-  const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
   const ch03::BatchMetadata& md = in.batch;
+  PA_REQUIRE(kv.dtype == cfg_.kv_dtype, "forward_paged: a " << dtype_name(kv.dtype) << " cache for a model of "
+                                                            << dtype_name(cfg_.kv_dtype) << " KV");
   PA_REQUIRE(n > 0, "forward_paged: a step needs at least one token");
   PA_REQUIRE(in.positions.size() == size_t(n) && md.slot_mapping.size() == size_t(n),
              "forward_paged: tokens, positions and slot_mapping differ in length");
@@ -236,55 +262,95 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
     PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of "
                                                        << cfg_.vocab_size);
   for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < n, "logit row " << r << " is not a row of the step");
-  // Split the batch: decode rows (chapter 5) first, then the prefill chunks (this chapter).
-  const int M = md.max_blocks_per_seq, num_decode = in.num_decode(), num_prefill = md.num_seqs - num_decode;
-  std::vector<int> prefill_qsl;
-  for (int b = num_decode; b <= md.num_seqs; ++b) prefill_qsl.push_back(md.query_start_loc[size_t(b)] - num_decode);
-  const std::vector<int> prefill_table(md.block_table.begin() + int64_t(num_decode) * M, md.block_table.end());
-  const std::vector<int> prefill_lens(md.context_lens.begin() + num_decode, md.context_lens.end());
-  const PrefillShape ps{std::max(num_prefill, 1), n - num_decode, Hq, Hkv, D, kv.shape.block_size,
-                        kv.shape.num_blocks, M};
-  if (num_prefill > 0) check_metadata(ps, prefill_table, prefill_lens, prefill_qsl);
-  ch03::BatchMetadata decode_md;  // the decode part goes through chapter 4's checked upload
-  decode_md.num_seqs = num_decode;
-  decode_md.max_blocks_per_seq = M;
-  decode_md.block_table.assign(md.block_table.begin(), md.block_table.begin() + int64_t(num_decode) * M);
-  decode_md.context_lens.assign(md.context_lens.begin(), md.context_lens.begin() + num_decode);
-  std::unique_ptr<ch04::DeviceBatch> decode;
-  if (num_decode > 0) decode.reset(new ch04::DeviceBatch(decode_md, kv.shape.num_blocks, kv.shape.block_size));
   for (int64_t slot : md.slot_mapping)
     PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * kv.shape.block_size,
                "slot " << slot << " is outside the pool");
+  std::vector<float> logits;
+  with_kv_type(kv.dtype, [&](auto t) { logits = forward_paged_as<decltype(t)>(in, kv); });
+  return logits;
+}
 
+// The paged path on a cache of type C. With a 16-bit cache, q, k and v are rounded to C
+// before the K/V write and the attention, and the attention's output comes back to fp32.
+template <typename C>
+std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv) {
+  const int n = int(in.tokens.size());
+  const int D = cfg_.head_size, Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads;
+  const ch03::BatchMetadata& md = in.batch;
+  const int M = md.max_blocks_per_seq;
   Scratch& s = *s_;
   s.reserve(n, cfg_);
   s.tokens = DeviceBuffer<int>(in.tokens);
   s.positions = DeviceBuffer<int>(in.positions);
   s.slots = DeviceBuffer<int64_t>(md.slot_mapping);
-  if (num_prefill > 0) {
-    s.prefill_table = DeviceBuffer<int>(prefill_table);
-    s.prefill_lens = DeviceBuffer<int>(prefill_lens);
-    s.qsl = DeviceBuffer<int>(prefill_qsl);
-  }
   const float scale = 1.f / std::sqrt(float(D));
   const int64_t q_row = int64_t(Hq) * D;
-  run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
-    // Write first, then read: every new token's K/V lands in its slot (chapter 2) ...
-    ch02::KVPool<float>& pool = kv.layers[size_t(l)];
-    ch02::reshape_and_cache<float>(kv.shape, s.k.get(), s.v.get(), n, pool.k.get(), pool.v.get(),
-                                   s.slots.get());
-    // ... then decode rows attend with chapter 5, prefill rows with this chapter's kernel.
-    if (decode) {
-      const ch04::PagedAttentionShape ds{num_decode, Hq, Hkv, D, kv.shape.block_size,
-                                         kv.shape.num_blocks, M};
-      ch05::paged_attention<float>(ds, s.attn.get(), s.q.get(), pool.k.get(), pool.v.get(),
-                                   decode->block_table.get(), decode->context_lens.get(),
-                                   decode->max_context_len, scale, ws_);
+  const bool convert_kv = !std::is_same_v<C, float>;
+  C* q = convert_kv ? reinterpret_cast<C*>(s.q_c.get()) : reinterpret_cast<C*>(s.q.get());
+  C* k = convert_kv ? reinterpret_cast<C*>(s.k_c.get()) : reinterpret_cast<C*>(s.k.get());
+  C* v = convert_kv ? reinterpret_cast<C*>(s.v_c.get()) : reinterpret_cast<C*>(s.v.get());
+  C* attn = convert_kv ? reinterpret_cast<C*>(s.attn_c.get()) : reinterpret_cast<C*>(s.attn.get());
+  // Decode rows (one new token) go to chapter 5, or to cascade attention where they share
+  // a prefix; the prefill chunks to this chapter's kernel. Or the whole step to the step
+  // attention, when one is set (chapter 10's varlen kernel).
+  const int num_decode = step_attention_ ? 0 : in.num_decode();
+  const int num_prefill = step_attention_ ? 0 : md.num_seqs - num_decode;
+  const bool cascade = in.cascade && num_decode > 1;
+  const PrefillShape ps{std::max(num_prefill, 1), n - num_decode, Hq, Hkv, D, kv.shape.block_size,
+                        kv.shape.num_blocks, M};
+  std::unique_ptr<ch04::DeviceBatch> decode;
+  if (step_attention_) {
+    PA_REQUIRE(convert_kv, "forward_paged: the step attention needs a 16-bit cache (kv_dtype fp16 or bf16)");
+    md.validate(kv.shape.num_blocks, kv.shape.block_size);
+    step_attention_->plan(md, kv.shape, Hq, kv.dtype);
+  } else {
+    std::vector<int> prefill_qsl;
+    for (int b = num_decode; b <= md.num_seqs; ++b) prefill_qsl.push_back(md.query_start_loc[size_t(b)] - num_decode);
+    const std::vector<int> prefill_table(md.block_table.begin() + int64_t(num_decode) * M, md.block_table.end());
+    const std::vector<int> prefill_lens(md.context_lens.begin() + num_decode, md.context_lens.end());
+    if (num_prefill > 0) check_metadata(ps, prefill_table, prefill_lens, prefill_qsl);
+    ch03::BatchMetadata decode_md;  // the decode part goes through chapter 4's checked upload
+    decode_md.num_seqs = num_decode;
+    decode_md.max_blocks_per_seq = M;
+    decode_md.block_table.assign(md.block_table.begin(), md.block_table.begin() + int64_t(num_decode) * M);
+    decode_md.context_lens.assign(md.context_lens.begin(), md.context_lens.begin() + num_decode);
+    if (num_decode > 0) decode.reset(new ch04::DeviceBatch(decode_md, kv.shape.num_blocks, kv.shape.block_size));
+    if (cascade) {
+      if (!cascade_plan_) cascade_plan_.reset(new CascadeDevicePlan);
+      cascade_plan_->upload(plan_cascade(decode_md.block_table, decode_md.context_lens, num_decode, M,
+                                         kv.shape.block_size));
     }
+    if (num_prefill > 0) {
+      s.prefill_table = DeviceBuffer<int>(prefill_table);
+      s.prefill_lens = DeviceBuffer<int>(prefill_lens);
+      s.qsl = DeviceBuffer<int>(prefill_qsl);
+    }
+  }
+  auto attend = [&](ch02::KVPool<C>& pool) {
+    if (step_attention_) return step_attention_->run(attn, q, pool.k.get(), pool.v.get(), scale, nullptr);
+    const ch04::PagedAttentionShape ds{num_decode, Hq, Hkv, D, kv.shape.block_size, kv.shape.num_blocks, M};
+    if (cascade)
+      cascade_attention<C>(ds, attn, q, pool.k.get(), pool.v.get(), decode->block_table.get(),
+                           decode->context_lens.get(), decode->max_context_len, *cascade_plan_, scale, ws_);
+    else if (decode)
+      ch05::paged_attention<C>(ds, attn, q, pool.k.get(), pool.v.get(), decode->block_table.get(),
+                               decode->context_lens.get(), decode->max_context_len, scale, ws_);
     if (num_prefill > 0)
-      prefill_attention<float>(ps, s.attn.get() + num_decode * q_row, s.q.get() + num_decode * q_row,
-                               pool.k.get(), pool.v.get(), s.prefill_table.get(), s.prefill_lens.get(),
-                               s.qsl.get(), scale);
+      prefill_attention<C>(ps, attn + num_decode * q_row, q + num_decode * q_row, pool.k.get(), pool.v.get(),
+                           s.prefill_table.get(), s.prefill_lens.get(), s.qsl.get(), scale);
+  };
+  run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
+    if (convert_kv) {
+      convert(q, s.q.get(), n * q_row, nullptr);
+      convert(k, s.k.get(), int64_t(n) * Hkv * D, nullptr);
+      convert(v, s.v.get(), int64_t(n) * Hkv * D, nullptr);
+    }
+    // Write first, then read: every new token's K/V lands in its slot (chapter 2) ...
+    ch02::KVPool<C>& pool = kv.layers<C>()[size_t(l)];
+    ch02::reshape_and_cache<C>(kv.shape, k, v, n, pool.k.get(), pool.v.get(), s.slots.get());
+    // ... then every row attends to its sequence's cached tokens, the new ones included.
+    attend(pool);
+    if (convert_kv) convert(s.attn.get(), attn, n * q_row, nullptr);
   });
   return logits_of(s, n, in.logit_rows, nullptr);
 }
@@ -293,7 +359,7 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
 // ANCHOR: decode_graph
 // Fixed buffers for graph replays: a graph replays the addresses it captured.
 struct TinyModel::Graphs {
-  std::vector<float*> k_pools, v_pools;  // the pools the graphs write and read
+  std::vector<void*> k_pools, v_pools;  // the pools the graphs write and read
   int max_batch = 0, max_blocks = 0, max_context = 0;
   Scratch s;
   DeviceBuffer<int> tokens, positions, table, lens;
@@ -328,6 +394,9 @@ int TinyModel::graphs_captured() const {
 std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV& kv, int max_batch,
                                                    int max_blocks_per_seq, int max_context_len) {
   PA_REQUIRE(graphs_supported(), "forward_decode_graph: CUDA graphs need the cuda backend");
+  PA_REQUIRE(!step_attention_, "forward_decode_graph: graphs replay chapter 5's decode, not a step attention");
+  PA_REQUIRE(kv.dtype == cfg_.kv_dtype, "forward_decode_graph: a " << dtype_name(kv.dtype)
+                                                                   << " cache for a model of " << dtype_name(cfg_.kv_dtype) << " KV");
   const ch03::BatchMetadata& md = in.batch;
   const int B = md.num_seqs, M = max_blocks_per_seq, bs = kv.shape.block_size;
   PA_REQUIRE(B > 0 && in.num_decode() == B && int(in.tokens.size()) == B && int(in.positions.size()) == B,
@@ -346,12 +415,25 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
   for (int64_t slot : md.slot_mapping)
     PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * bs, "slot " << slot << " is outside the pool");
   for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < B, "logit row " << r << " is not a row of the step");
+  std::vector<float> logits;
+  with_kv_type(kv.dtype, [&](auto t) {
+    logits = forward_graph_as<decltype(t)>(in, kv, max_batch, M, max_context_len);
+  });
+  return logits;
+}
+
+template <typename C>
+std::vector<float> TinyModel::forward_graph_as(const StepInput& in, PagedKV& kv, int max_batch, int M,
+                                               int max_context_len) {
 #if defined(PA_BACKEND_CPU)
+  (void)in, (void)kv, (void)max_batch, (void)M, (void)max_context_len;
   return {};
 #else
+  const ch03::BatchMetadata& md = in.batch;
+  const int B = md.num_seqs, bs = kv.shape.block_size;
   const int Hq = cfg_.num_q_heads, Hkv = cfg_.num_kv_heads, D = cfg_.head_size;
-  if (!graphs_ || graphs_->k_pools != kv.k_pools() || graphs_->v_pools != kv.v_pools() || graphs_->max_batch != max_batch || graphs_->max_blocks != M ||
-      graphs_->max_context != max_context_len) {
+  if (!graphs_ || graphs_->k_pools != kv.k_pools() || graphs_->v_pools != kv.v_pools() ||
+      graphs_->max_batch != max_batch || graphs_->max_blocks != M || graphs_->max_context != max_context_len) {
     graphs_.reset(new Graphs);  // new pools or sizes: the old graphs are stale
     Graphs& g = *graphs_;
     g.k_pools = kv.k_pools();
@@ -399,13 +481,24 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
   upload(g.slots.get(), slots);
   const float scale = 1.f / std::sqrt(float(D));
   const ch04::PagedAttentionShape ds{bucket, Hq, Hkv, D, bs, kv.shape.num_blocks, M};
+  const bool convert_kv = !std::is_same_v<C, float>;
+  Scratch& s = g.s;
+  C* q = convert_kv ? reinterpret_cast<C*>(s.q_c.get()) : reinterpret_cast<C*>(s.q.get());
+  C* k = convert_kv ? reinterpret_cast<C*>(s.k_c.get()) : reinterpret_cast<C*>(s.k.get());
+  C* v = convert_kv ? reinterpret_cast<C*>(s.v_c.get()) : reinterpret_cast<C*>(s.v.get());
+  C* attn = convert_kv ? reinterpret_cast<C*>(s.attn_c.get()) : reinterpret_cast<C*>(s.attn.get());
   auto forward = [&] {
-    run(g.s, bucket, g.tokens.get(), g.positions.get(), g.stream, [&](int l) {
-      ch02::KVPool<float>& pool = kv.layers[size_t(l)];
-      ch02::reshape_and_cache<float>(kv.shape, g.s.k.get(), g.s.v.get(), bucket, pool.k.get(), pool.v.get(),
-                                     g.slots.get(), g.stream);
-      ch05::paged_attention<float>(ds, g.s.attn.get(), g.s.q.get(), pool.k.get(), pool.v.get(), g.table.get(),
-                                   g.lens.get(), max_context_len, scale, g.ws, g.stream);
+    run(s, bucket, g.tokens.get(), g.positions.get(), g.stream, [&](int l) {
+      if (convert_kv) {
+        convert(q, s.q.get(), int64_t(bucket) * Hq * D, g.stream);
+        convert(k, s.k.get(), int64_t(bucket) * Hkv * D, g.stream);
+        convert(v, s.v.get(), int64_t(bucket) * Hkv * D, g.stream);
+      }
+      ch02::KVPool<C>& pool = kv.layers<C>()[size_t(l)];
+      ch02::reshape_and_cache<C>(kv.shape, k, v, bucket, pool.k.get(), pool.v.get(), g.slots.get(), g.stream);
+      ch05::paged_attention<C>(ds, attn, q, pool.k.get(), pool.v.get(), g.table.get(), g.lens.get(),
+                               max_context_len, scale, g.ws, g.stream);
+      if (convert_kv) convert(s.attn.get(), attn, int64_t(bucket) * Hq * D, g.stream);
     });
   };
   auto it = g.execs.find(bucket);
@@ -421,7 +514,7 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
     it = g.execs.emplace(bucket, exec).first;
   }
   PA_CUDA_CHECK(cudaGraphLaunch(it->second, g.stream));
-  return logits_of(g.s, bucket, in.logit_rows, g.stream);
+  return logits_of(s, bucket, in.logit_rows, g.stream);
 #endif
 }
 // ANCHOR_END: decode_graph

@@ -104,9 +104,9 @@ class CachingBlockManager : public ch07::SharedBlockManager {
 // ANCHOR: swap_blocks
 // Copies whole blocks (K and V, every layer) from one set of pools to another of the same
 // shape: device to host to swap a sequence out, host to device to bring it back.
-void swap_blocks(const std::vector<float*>& src_k, const std::vector<float*>& src_v,
-                 const std::vector<float*>& dst_k, const std::vector<float*>& dst_v,
-                 const ch02::PoolShape& s, int src_blocks, int dst_blocks,
+void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_v,
+                 const std::vector<void*>& dst_k, const std::vector<void*>& dst_v,
+                 const ch02::PoolShape& s, int elem_bytes, int src_blocks, int dst_blocks,
                  const std::vector<ch07::BlockCopy>& copies, cudaMemcpyKind kind);
 // ANCHOR_END: swap_blocks
 
@@ -125,6 +125,7 @@ struct EngineConfig {
   bool dense = false;              // chapter 1's policy: reserve max_seq_len slots per request
   bool record_logits = false;      // keep the logits of every generated token (tests)
   bool cuda_graphs = false;        // GPU: decode-only steps replay CUDA graphs (TinyModel)
+  bool cascade = false;            // decode rows sharing a prefix: cascade attention (no graphs then)
 };
 // ANCHOR_END: engine_config
 
@@ -197,6 +198,8 @@ class Engine {
   struct Scheduled;
   void preempt(Group& victim);
   void swap_out(Group& group);
+  void copy_blocks(const std::vector<ch07::BlockCopy>& copies);
+  std::vector<void*> host_pools(std::vector<std::vector<uint8_t>>& host);
   int swap_in_blocks(const Group& group) const;
   void swap_in(Group& group);
   int shared_prefix_blocks(const Group& group) const;
@@ -211,7 +214,7 @@ class Engine {
   EngineConfig cfg_;
   CachingBlockManager blocks_;
   PagedKV kv_;
-  std::vector<std::vector<float>> host_k_, host_v_;  // swap space, per layer
+  std::vector<std::vector<uint8_t>> host_k_, host_v_;  // swap space, per layer
   ch02::BlockAllocator host_alloc_;
   std::vector<Group*> pending_;                // not arrived yet, by arrival step
   std::deque<Group*> waiting_, swapped_;

@@ -3,7 +3,8 @@
 // A few layers of: RMSNorm -> Q, K, V projections -> rotary positions -> attention ->
 // output projection (residual) -> RMSNorm -> SiLU MLP (residual); then a final RMSNorm
 // and the logits. Weights are drawn from a seeded splitmix64, so nothing is downloaded
-// and every run is bit-for-bit the same. Activations and the KV cache are fp32.
+// and every run is bit-for-bit the same. Activations are fp32; the KV cache is fp32 unless
+// ModelConfig::kv_dtype says fp16 or bf16.
 //
 // The same weights run two ways:
 //   paged: a step's new tokens of many sequences at once; K/V go into chapter 2's pools
@@ -16,12 +17,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "pa/ch01_dense.h"
 #include "pa/ch02_paged.h"
 #include "pa/ch03_block_table.h"
 #include "pa/ch05_paged_attention_v2.h"
+#include "pa/ch08_cascade.h"
+#include "pa/dtype.h"
 
 namespace pa::ch08 {
 
@@ -34,21 +38,43 @@ struct ModelConfig {
   int head_size = 64;    // D; hidden size = Hq * D
   int ffn_size = 512;
   uint64_t seed = 8;     // the weights' seed
+  // The paged cache's type. Activations are fp32; a 16-bit cache gets q, k and v rounded
+  // to it (chapter 10's tensor-core kernel needs fp16 or bf16).
+  DType kv_dtype = DType::fp32;
   int hidden() const { return num_q_heads * head_size; }
-  // K and V of every layer and KV head, fp32: what one token costs in the cache.
+  // K and V of every layer and KV head: what one token costs in the cache.
   int64_t kv_bytes_per_token() const {
-    return 2ll * num_layers * num_kv_heads * head_size * int64_t(sizeof(float));
+    return 2ll * num_layers * num_kv_heads * head_size * (kv_dtype == DType::fp32 ? 4 : 2);
   }
 };
 // ANCHOR_END: model_config
 
-// One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering.
+// Runs f(T{}) with T the cache's element type: float, half or bf16.
+template <typename F>
+void with_kv_type(DType d, F&& f) {
+  if (d == DType::fp32) f(float{});
+  else if (d == DType::fp16) f(half{});
+  else f(bf16{});
+}
+
+// One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering, of the
+// model's kv_dtype (the vectors of the other two types stay empty).
 struct PagedKV {
   PagedKV(const ModelConfig& c, int num_blocks, int block_size);
   ch02::PoolShape shape;
-  std::vector<ch02::KVPool<float>> layers;
-  std::vector<float*> k_pools();
-  std::vector<float*> v_pools();
+  DType dtype;
+  std::vector<ch02::KVPool<float>> f32;
+  std::vector<ch02::KVPool<half>> f16;
+  std::vector<ch02::KVPool<bf16>> b16;
+  template <typename T>
+  std::vector<ch02::KVPool<T>>& layers() {
+    if constexpr (std::is_same_v<T, float>) return f32;
+    else if constexpr (std::is_same_v<T, half>) return f16;
+    else return b16;
+  }
+  std::vector<void*> k_pools();  // device pointers, one per layer
+  std::vector<void*> v_pools();
+  int elem_bytes() const { return dtype == DType::fp32 ? 4 : 2; }
 };
 
 // ANCHOR: step_input
@@ -59,10 +85,27 @@ struct StepInput {
   std::vector<int> tokens, positions;  // [N]
   ch03::BatchMetadata batch;           // block_table, context_lens, slot_mapping [N], query_start_loc
   std::vector<int> logit_rows;         // rows whose logits come back (a sequence's last new token)
+  bool cascade = false;                // decode rows that share a prefix: cascade attention
   // The leading sequences with exactly one new token: chapter 5's part of the batch.
   int num_decode() const;
 };
 // ANCHOR_END: step_input
+
+// ANCHOR: step_attention
+// The whole step's attention in one call per layer, prefill chunks and decodes together,
+// the way serving engines run it today: chapter 10's varlen kernel plugs in here
+// (ch10::VarlenStepAttention). It needs a 16-bit cache (ModelConfig::kv_dtype).
+class StepAttention {
+ public:
+  virtual ~StepAttention() = default;
+  // Once per step, on the host, before the layers: the step's metadata.
+  virtual void plan(const ch03::BatchMetadata& batch, const ch02::PoolShape& pool, int num_q_heads,
+                    DType dtype) = 0;
+  // Once per layer: out and q [N, Hq, D] and the layer's pools, all of the planned dtype.
+  virtual void run(void* out, const void* q, const void* k_pool, const void* v_pool, float scale,
+                   cudaStream_t stream) = 0;
+};
+// ANCHOR_END: step_attention
 
 class TinyModel {
  public:
@@ -71,8 +114,12 @@ class TinyModel {
   const ModelConfig& config() const { return cfg_; }
 
   // The paged path: checks `in`, writes the step's K/V into `kv` and returns the logits of
-  // in.logit_rows, [logit_rows.size() * vocab_size].
+  // in.logit_rows, [logit_rows.size() * vocab_size]. Attention: chapter 5 for the decode rows
+  // (cascade attention if in.cascade) and this chapter's prefill kernel for the chunks, or
+  // one StepAttention call per layer if one is set.
   std::vector<float> forward_paged(const StepInput& in, PagedKV& kv);
+  void set_step_attention(std::shared_ptr<StepAttention> a) { step_attention_ = std::move(a); }
+  StepAttention* step_attention() const { return step_attention_.get(); }
 
   // ANCHOR: graphs
   // GPU only: a decode step (every sequence one new token) replayed from a CUDA graph,
@@ -100,10 +147,17 @@ class TinyModel {
            const std::function<void(int)>& attend);
   std::vector<float> logits_of(Scratch& s, int n, const std::vector<int>& rows, cudaStream_t stream);
   struct Graphs;
+  template <typename C>
+  std::vector<float> forward_paged_as(const StepInput& in, PagedKV& kv);
+  template <typename C>
+  std::vector<float> forward_graph_as(const StepInput& in, PagedKV& kv, int max_batch, int max_blocks,
+                                      int max_context_len);
   ModelConfig cfg_;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Scratch> s_;
   std::unique_ptr<Graphs> graphs_;
+  std::shared_ptr<StepAttention> step_attention_;
+  std::unique_ptr<CascadeDevicePlan> cascade_plan_;
   ch05::Workspace ws_;
 };
 

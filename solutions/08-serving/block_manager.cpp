@@ -160,25 +160,24 @@ void CachingBlockManager::clear_cache() {
   evictable_.clear();
 }
 
-void swap_blocks(const std::vector<float*>& src_k, const std::vector<float*>& src_v,
-                 const std::vector<float*>& dst_k, const std::vector<float*>& dst_v,
-                 const ch02::PoolShape& s, int src_blocks, int dst_blocks,
+void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_v,
+                 const std::vector<void*>& dst_k, const std::vector<void*>& dst_v,
+                 const ch02::PoolShape& s, int elem_bytes, int src_blocks, int dst_blocks,
                  const std::vector<ch07::BlockCopy>& copies, cudaMemcpyKind kind) {
   PA_REQUIRE(src_k.size() == dst_k.size() && src_v.size() == dst_v.size() &&
                  src_k.size() == src_v.size(),
              "swap_blocks: the two sides have different numbers of layers");
-  const size_t per_block = size_t(s.num_kv_heads) * s.head_size * s.block_size;
+  const size_t block_bytes = size_t(s.num_kv_heads) * s.head_size * s.block_size * size_t(elem_bytes);
   for (const ch07::BlockCopy& c : copies)
     PA_REQUIRE(c.src >= 0 && c.src < src_blocks && c.dst >= 0 && c.dst < dst_blocks,
                "swap_blocks: copy " << c.src << " -> " << c.dst << " is outside the pools ("
                                     << src_blocks << " and " << dst_blocks << " blocks)");
   // A block is contiguous in both layouts (the block index is outermost): one copy each.
+  auto at = [&](void* pool, int block) { return static_cast<uint8_t*>(pool) + size_t(block) * block_bytes; };
   for (size_t l = 0; l < src_k.size(); ++l)
     for (const ch07::BlockCopy& c : copies) {
-      PA_CUDA_CHECK(cudaMemcpy(dst_k[l] + size_t(c.dst) * per_block, src_k[l] + size_t(c.src) * per_block,
-                               per_block * sizeof(float), kind));
-      PA_CUDA_CHECK(cudaMemcpy(dst_v[l] + size_t(c.dst) * per_block, src_v[l] + size_t(c.src) * per_block,
-                               per_block * sizeof(float), kind));
+      PA_CUDA_CHECK(cudaMemcpy(at(dst_k[l], c.dst), at(src_k[l], c.src), block_bytes, kind));
+      PA_CUDA_CHECK(cudaMemcpy(at(dst_v[l], c.dst), at(src_v[l], c.src), block_bytes, kind));
     }
 }
 

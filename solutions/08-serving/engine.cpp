@@ -58,10 +58,11 @@ Engine::Engine(TinyModel& model, const EngineConfig& cfg)
   PA_REQUIRE(!cfg.dense || (cfg.max_seq_len + cfg.block_size - 1) / cfg.block_size <= cfg.num_blocks,
              "the dense policy reserves max_seq_len " << cfg.max_seq_len << " tokens per request, more than the "
                                                       << cfg.num_blocks * cfg.block_size << " slots of the pool");
-  const size_t per_block = size_t(kv_.shape.num_kv_heads) * kv_.shape.head_size * kv_.shape.block_size;
+  const size_t block_bytes =
+      size_t(kv_.shape.num_kv_heads) * kv_.shape.head_size * kv_.shape.block_size * size_t(kv_.elem_bytes());
   for (int l = 0; l < model.config().num_layers; ++l) {
-    host_k_.emplace_back(size_t(cfg.num_swap_blocks) * per_block);
-    host_v_.emplace_back(size_t(cfg.num_swap_blocks) * per_block);
+    host_k_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);
+    host_v_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);
   }
 }
 
@@ -123,6 +124,25 @@ void Engine::run(const std::function<void(const StepReport&)>& on_step) {
   }
 }
 
+std::vector<void*> Engine::host_pools(std::vector<std::vector<uint8_t>>& host) {
+  std::vector<void*> out;
+  for (auto& h : host) out.push_back(h.data());
+  return out;
+}
+
+// Chapter 7's copy_blocks, on the pools' type: every layer's K and V, one launch.
+void Engine::copy_blocks(const std::vector<ch07::BlockCopy>& copies) {
+  with_kv_type(kv_.dtype, [&](auto t) {
+    using T = decltype(t);
+    std::vector<T*> k, v;
+    for (auto& pool : kv_.layers<T>()) {
+      k.push_back(pool.k.get());
+      v.push_back(pool.v.get());
+    }
+    ch07::copy_blocks<T>(k, v, kv_.shape, copies);
+  });
+}
+
 // Copies the request's blocks to host memory, each distinct block once: sequences that
 // share a block share its host copy (swap_in shares it again).
 void Engine::swap_out(Group& g) {
@@ -139,11 +159,8 @@ void Engine::swap_out(Group& g) {
       s->host_blocks.push_back(it->second);
     }
   }
-  std::vector<float*> hk, hv;
-  for (auto& h : host_k_) hk.push_back(h.data());
-  for (auto& h : host_v_) hv.push_back(h.data());
-  swap_blocks(kv_.k_pools(), kv_.v_pools(), hk, hv, kv_.shape, cfg_.num_blocks, host_alloc_.num_blocks(),
-              copies, cudaMemcpyDeviceToHost);
+  swap_blocks(kv_.k_pools(), kv_.v_pools(), host_pools(host_k_), host_pools(host_v_), kv_.shape, kv_.elem_bytes(),
+              cfg_.num_blocks, host_alloc_.num_blocks(), copies, cudaMemcpyDeviceToHost);
 }
 
 // ANCHOR: preempt
@@ -250,11 +267,8 @@ void Engine::swap_in(Group& g) {
     }
     host.insert(s->host_blocks.begin(), s->host_blocks.end());
   }
-  std::vector<float*> hk, hv;
-  for (auto& h : host_k_) hk.push_back(h.data());
-  for (auto& h : host_v_) hv.push_back(h.data());
-  swap_blocks(hk, hv, kv_.k_pools(), kv_.v_pools(), kv_.shape, host_alloc_.num_blocks(),
-              cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
+  swap_blocks(host_pools(host_k_), host_pools(host_v_), kv_.k_pools(), kv_.v_pools(), kv_.shape, kv_.elem_bytes(),
+              host_alloc_.num_blocks(), cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
   for (int h : host) host_alloc_.free(h);
   for (Seq* s : g.seqs) {
     s->host_blocks.clear();
@@ -554,7 +568,7 @@ StepReport Engine::step() {
   in.batch = ch03::build_batch(blocks_, ids, counts);
   // Copy-on-write: the blocks this step's appends copied, before anything writes to them.
   const std::vector<ch07::BlockCopy> copies = blocks_.take_copies();
-  if (!copies.empty()) ch07::copy_blocks<float>(kv_.k_pools(), kv_.v_pools(), kv_.shape, copies);
+  if (!copies.empty()) copy_blocks(copies);
   rep.copies = int(copies.size());
   stats_.cow_copies += rep.copies;
   std::vector<Seq*> logit_seq;  // the sequence of each logit row
@@ -572,7 +586,9 @@ StepReport Engine::step() {
   rep.num_tokens = int(in.tokens.size());
   report_blocks(rep);
   // A decode-only step can replay a CUDA graph (GPU): one launch instead of ~20 per layer.
-  const bool graph = cfg_.cuda_graphs && TinyModel::graphs_supported() && in.num_decode() == in.batch.num_seqs;
+  in.cascade = cfg_.cascade;
+  const bool graph = cfg_.cuda_graphs && !cfg_.cascade && !model_.step_attention() &&
+                     TinyModel::graphs_supported() && in.num_decode() == in.batch.num_seqs;
   stats_.graph_steps += graph ? 1 : 0;
   const std::vector<float> logits =
       graph ? model_.forward_decode_graph(in, kv_, cfg_.max_num_seqs, (cfg_.max_seq_len + bs - 1) / bs, cfg_.max_seq_len)
