@@ -6,7 +6,8 @@
 #          sanitize, bench or ch10: a lent GPU limits one command's time, so the parts can
 #          run apart; each builds first, which is quick once the build exists; ch10 is
 #          bench_ch10 and the FlashInfer baselines alone, which bench also runs; ch08 is
-#          chapters 3, 7 and 8 alone: tests, sanitizers, the demo and bench_cascade)
+#          chapters 3, 7 and 8 alone: tests, sanitizers, the demo, bench_cascade, and the
+#          engine on chapter 10's kernel: its test and bench_engine)
 # The FlashInfer baselines need .whl/ from tools/fetch_flashinfer.sh (run where PyPI is
 # reachable; carry .whl to the GPU machine); without it they skip and say so.
 set -uo pipefail
@@ -32,7 +33,7 @@ run configure cmake -S . -B $build -G Ninja -DPA_BACKEND=cuda -DCMAKE_CUDA_ARCHI
 targets=()
 [ "$part" = ch10 ] && targets=(--target bench_ch10)  # the ch10 part needs only its bench
 [ "$part" = ch08 ] && targets=(--target test_ch03_solution test_ch07_solution test_ch08_solution
-                               test_ch08_chapter serve bench_cascade)
+                               test_ch08_chapter serve bench_cascade test_ch10_solution bench_engine)
 run build cmake --build $build -j 16 ${targets[@]+"${targets[@]}"}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 run test_common $build/test_common
@@ -98,8 +99,13 @@ if $build/test_ch08_chapter --gtest_brief=1 > "$out/test_ch08_chapter.log" 2>&1;
 else
     summary+=("ok    test_ch08_chapter fails, as a skeleton must")
 fi
+# Chapter 10's kernel inside chapter 8's engine.
+run test_ch10_engine $build/test_ch10_solution --gtest_filter='VarlenInTheEngine*'
+run memcheck_ch10_engine compute-sanitizer --tool memcheck --error-exitcode 1 $build/test_ch10_solution \
+    --gtest_filter='VarlenInTheEngine*'
 run serve $build/demo/serve
 run bench_cascade $build/bench/bench_cascade --csv "$results/bench_cascade.csv" --md "$results/bench_cascade.md"
+run bench_engine $build/bench/bench_engine --md "$results/bench_engine.md"
 fi
 if [ "$part" = ch10 ]; then
 run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"

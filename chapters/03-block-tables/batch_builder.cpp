@@ -78,20 +78,9 @@ void BatchMetadata::validate(int num_blocks, int block_size) const {
                                           << ")");
     }
   }
-  if (!query_start_loc.empty()) {
-    PA_REQUIRE(query_start_loc.size() == size_t(num_seqs) + 1 && query_start_loc[0] == 0,
-               "metadata: query_start_loc needs " << num_seqs + 1 << " entries starting at 0");
-    for (int b = 0; b < num_seqs; ++b) {
-      const int n = query_start_loc[size_t(b) + 1] - query_start_loc[size_t(b)];
-      PA_REQUIRE(n >= 0 && n <= context_lens[size_t(b)],
-                 "metadata: sequence " << b << " has " << n << " new tokens (query_start_loc["
-                                       << b + 1 << "] - query_start_loc[" << b << "]) for a context of "
-                                       << context_lens[size_t(b)]);
-    }
-    PA_REQUIRE(slot_mapping.empty() || size_t(query_start_loc.back()) == slot_mapping.size(),
-               "metadata: query_start_loc ends at " << query_start_loc.back() << " but the step has "
-                                                    << slot_mapping.size() << " slots");
-  }
+  if (!query_start_loc.empty())
+    check_varlen_batch(num_seqs, query_start_loc.back(), max_blocks_per_seq, block_size, num_blocks, {},
+                       context_lens, query_start_loc, "context_len");
   for (size_t i = 0; i < slot_mapping.size(); ++i)
     PA_REQUIRE(slot_mapping[i] < int64_t(num_blocks) * block_size,
                "metadata: slot_mapping[" << i << "] = " << slot_mapping[i]

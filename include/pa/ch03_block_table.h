@@ -98,6 +98,16 @@ BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
                           const std::vector<int>& new_tokens, int max_blocks_per_seq = 0);
 // ANCHOR_END: metadata
 
+// The host's check of a varlen batch before a kernel reads it (chapters 8 and 10 call it):
+// query_start_loc [num_seqs + 1] starts at 0, never decreases and ends at num_tokens; every
+// sequence has 0 <= n_b <= lens[b] <= max_blocks_per_seq * block_size; each used entry of
+// block_table (not checked if empty) is a block of the pool. lens_name names the lengths in
+// messages ("context_len", "seq_len"). Throws pa::Error naming the first bad entry.
+void check_varlen_batch(int num_seqs, int num_tokens, int max_blocks_per_seq, int block_size,
+                        int num_blocks, const std::vector<int>& block_table,
+                        const std::vector<int>& lens, const std::vector<int>& query_start_loc,
+                        const char* lens_name);
+
 // ANCHOR: paged_report
 // The paged bill for the same trace as chapter 1: a request holds ceil(tokens /
 // block_size) blocks, so only the unused tail of its last block is wasted.

@@ -33,6 +33,7 @@
 #include "pa/check.h"
 #include "pa/device_buffer.h"
 #include "pa/dtype.h"
+#include "pa/ch08_model.h"
 
 namespace pa::ch10 {
 
@@ -157,6 +158,28 @@ class VarlenAttention {
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 // ANCHOR_END: runner
+
+// ANCHOR: step_attention
+// Chapter 8's engine on this chapter's kernel: TinyModel::set_step_attention(
+// std::make_shared<ch10::VarlenStepAttention>()) turns each layer's decode (chapter 5) and
+// prefill (chapter 8) launches into one varlen launch over the whole step. plan() runs
+// once per step (the step's metadata goes to the device and the work items are dealt);
+// run() once per layer. The model's cache must be fp16 or bf16.
+class VarlenStepAttention : public ch08::StepAttention {
+ public:
+  void plan(const ch03::BatchMetadata& batch, const ch02::PoolShape& pool, int num_q_heads,
+            DType dtype) override;
+  void run(void* out, const void* q, const void* k_pool, const void* v_pool, float scale,
+           cudaStream_t stream) override;
+  int steps_planned() const { return steps_; }
+
+ private:
+  VarlenAttention runner_;
+  DType dtype_ = DType::fp16;
+  DeviceBuffer<int> block_table_, seq_lens_, query_start_loc_;
+  int steps_ = 0;
+};
+// ANCHOR_END: step_attention
 
 // Thread blocks of one wave for the kernel that serves (dtype, cache, head_size): resident
 // blocks per SM x SMs (the CPU emulator: 4 per worker thread).
