@@ -17,11 +17,13 @@
 // chunk's 2 x C x D values of K and V read. With big groups the partial results, not the
 // KV cache, are the prefix pass's memory traffic (NOTES.md has the numbers).
 #include <algorithm>
+#include <type_traits>
 
 #include "attend_block.cuh"       // chapter 4's building blocks
 #include "reduce_partitions.cuh"  // chapter 5's partition_index and merge_partitions
 #include "pa/ch08_cascade.h"
 #include "pa/launch.h"
+#include "cascade_prefix_mma.cuh"  // the prefix pass on tensor cores (fp16, bf16)
 
 namespace pa::ch08 {
 
@@ -150,24 +152,37 @@ void launch_cascade(const PagedAttentionShape& s, T* out, const T* q, const T* k
                     const T* v_pool, const int* bt, const int* lens, int max_context_len,
                     const CascadeDevicePlan& plan, float scale, ch05::Workspace& ws,
                     cudaStream_t stream) {
-  constexpr int chunk = prefix_chunk_tokens(D, BS, int(sizeof(T)));
+  // fp16 and bf16: the tensor-core prefix pass, one partial per 512-token partition; fp32:
+  // the exercise's CUDA-core pass, one per chunk that fits in shared memory.
+  constexpr bool kMma = !std::is_same_v<T, float>;
+  constexpr int chunk = kMma ? ch05::kPartitionSize : prefix_chunk_tokens(D, BS, int(sizeof(T)));
   const int chunks = ceil_div(plan.max_prefix_len(), chunk);
   // No suffix is longer than max_context_len minus the shortest prefix.
   const int parts = std::max(1, ch05::num_partitions(max_context_len - plan.min_prefix_len()));
-  PA_REQUIRE(chunks <= 65535 && parts <= 65535,
+  const int row_blocks = ceil_div(plan.max_group_size() * (s.num_q_heads / s.num_kv_heads), kMmaRowsPerBlock);
+  PA_REQUIRE(chunks <= 65535 && parts <= 65535 && int64_t(chunks) * row_blocks <= 65535,
              "max_context_len " << max_context_len << " needs too many partitions");
   const int slots = chunks + parts;
   ws.reserve(s.num_seqs, s.num_q_heads, slots, s.head_size);
   const CascadeView v = plan.view();
   if (v.num_groups > 0) {
-    const auto kernel = cascade_prefix_kernel<T, D, BS>;
-    const size_t smem = size_t(2) * chunk * D * sizeof(T);
-    if (smem > 48 * 1024)  // above 48 KB a kernel must opt in
-      PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    launch(kernel, dim3(v.num_groups, s.num_kv_heads, chunks), dim3(kWarps * 32), smem, stream,
-           ws.max_logits(), ws.exp_sums(), ws.partial_out(), q, k_pool, v_pool, bt, v, chunk,
-           slots, scale, s);
+    const size_t smem = size_t(2) * (kMma ? (D <= 128 ? 64 : 32) : chunk) * D * sizeof(T);
+    if constexpr (kMma) {
+      const auto kernel = cascade_prefix_mma_kernel<T, D, BS>;
+      if (smem > 48 * 1024)
+        PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      launch(kernel, dim3(v.num_groups, s.num_kv_heads, chunks * row_blocks), dim3(128), smem, stream,
+             ws.max_logits(), ws.exp_sums(), ws.partial_out(), q, k_pool, v_pool, bt, v, row_blocks, slots,
+             scale, s);
+    } else {
+      const auto cuda_cores = cascade_prefix_kernel<T, D, BS>;
+      if (smem > 48 * 1024)  // above 48 KB a kernel must opt in
+        PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(cuda_cores),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      launch(cuda_cores, dim3(v.num_groups, s.num_kv_heads, chunks), dim3(kWarps * 32), smem, stream,
+             ws.max_logits(), ws.exp_sums(), ws.partial_out(), q, k_pool, v_pool, bt, v, chunk, slots, scale, s);
+    }
   }
   launch(cascade_suffix_kernel<T, D, BS>, dim3(s.num_q_heads, s.num_seqs, parts),
          dim3(kWarps * 32), 0, stream, ws.max_logits(), ws.exp_sums(), ws.partial_out(), q,

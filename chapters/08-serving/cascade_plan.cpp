@@ -131,6 +131,8 @@ void CascadeDevicePlan::upload(const CascadePlan& p) {
   num_groups_ = G;
   max_prefix_len_ = max_prefix;
   num_members_ = host[size_t(G)];
+  max_group_size_ = 0;
+  for (const CascadeGroup& g : p.groups) max_group_size_ = std::max(max_group_size_, int(g.members.size()));
   min_prefix_len_ = *std::min_element(p.prefix_len.begin(), p.prefix_len.end());
 }
 

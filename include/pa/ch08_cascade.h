@@ -85,11 +85,12 @@ class CascadeDevicePlan {
   int num_groups() const { return num_groups_; }
   int max_prefix_len() const { return max_prefix_len_; }  // over the groups
   int min_prefix_len() const { return min_prefix_len_; }  // over the sequences (0: a loner)
+  int max_group_size() const { return max_group_size_; }  // members of the largest group
 
  private:
   DeviceBuffer<int> data_;
   int num_seqs_ = 0, max_blocks_per_seq_ = 0, block_size_ = 0;
-  int num_groups_ = 0, num_members_ = 0, max_prefix_len_ = 0, min_prefix_len_ = 0;
+  int num_groups_ = 0, num_members_ = 0, max_prefix_len_ = 0, min_prefix_len_ = 0, max_group_size_ = 0;
 };
 // ANCHOR_END: device_plan
 
