@@ -345,11 +345,20 @@ def exercises(root: Path, chapter: str) -> list[Exercise]:
                 continue
             rel = src.relative_to(solutions).as_posix()
             _, regions = parse(text, f"solutions/{rel}", c)
+            order = exercise_number(text)
             for ex in regions:
                 ex.file = rel
                 ex.line += 1  # the exercise-file header comes first
-                found.append(ex)
-    return found
+                found.append((order, len(found), ex))
+    # In the order the files' headers give ("Chapter 8, exercise 2 of 4: ..."), which is the
+    # book's; files without a number keep their place after the numbered ones.
+    return [ex for _, _, ex in sorted(found, key=lambda e: (e[0], e[1]))]
+
+
+def exercise_number(text: str) -> int:
+    """The first exercise number a file's first lines state, or a large number if none."""
+    m = re.search(r"exercises? (\d+)", "\n".join(text.split("\n")[:3]))
+    return int(m.group(1)) if m else 1_000_000
 
 
 def check(root: Path, chapter: str | None) -> int:

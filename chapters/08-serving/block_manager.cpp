@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/08-serving/block_manager.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 8, exercise 2 of 3: the prefix cache, a block manager that remembers blocks.
+// Chapter 8, exercise 2 of 4: the prefix cache, a block manager that remembers blocks.
 #include <algorithm>
 
 #include "pa/ch08_engine.h"

@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/08-serving/cascade_attention.cu; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 8, exercise 4: cascade attention, a shared prefix read once for its group.
+// Chapter 8, exercise 4 of 4: cascade attention, a shared prefix read once for its group.
 //
 // Three kernels, all writing or reading chapter 5's workspace. Sequence b's partitions are
 // its prefix chunks first (slots 0 .. chunks - 1, none for a sequence in no group), then

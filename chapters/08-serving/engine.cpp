@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/08-serving/engine.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 8, exercise 3 of 3: the scheduler, with continuous batching, preemption and
+// Chapter 8, exercise 3 of 4: the scheduler, with continuous batching, preemption and
 // the sequences that fork: parallel samples and beams.
 #include <algorithm>
 #include <set>

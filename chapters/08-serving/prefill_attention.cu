@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/08-serving/prefill_attention.cu; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 8, exercise 1 of 3: prefill attention over paged KV (varlen, causal).
+// Chapter 8, exercise 1 of 4: prefill attention over paged KV (varlen, causal).
 //
 // One thread block per (query head, new token). The block finds its token's sequence
 // and position, then does what chapter 4's v1 kernel does for a decode token, over the

@@ -23,28 +23,6 @@ const SharedBlockManager::Sequence& SharedBlockManager::find(int seq_id, const c
   return it->second;
 }
 
-// ANCHOR: needs_copy
-bool SharedBlockManager::needs_copy(int seq_id, int n) const {
-  const Sequence& seq = find(seq_id, "needs_copy");
-  // TODO(ch07): true exactly when writing n more tokens would land in a block that another
-  //   sequence also holds: n > 0, the tail block is partly filled (a full tail gets a fresh
-  //   block for the next token anyway) and its refcount is above 1.
-  // HINT(1): the next token goes to position seq.length; which block is that, and who else
-  //   holds it?
-  // HINT(2): n > 0 && seq.length % block_size_ != 0 && refcount_[seq.blocks.back()] > 1.
-  // BEGIN SOLUTION
-  // STUB: PA_TODO("ch07");
-  return n > 0 && seq.length % block_size_ != 0 && refcount_[size_t(seq.blocks.back())] > 1;
-  // END SOLUTION
-}
-// ANCHOR_END: needs_copy
-
-int SharedBlockManager::blocks_needed(int seq_id, int n) const {
-  const Sequence& seq = find(seq_id, "blocks_needed");
-  const int64_t needed = (int64_t(seq.length) + n + block_size_ - 1) / block_size_;
-  return int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size()))) + (needs_copy(seq_id, n) ? 1 : 0);
-}
-
 void SharedBlockManager::add_sequence(int seq_id) {
   PA_REQUIRE(!has_sequence(seq_id), "add_sequence: sequence " << seq_id << " already exists");
   seqs_.emplace(seq_id, Sequence{});
@@ -89,6 +67,28 @@ void SharedBlockManager::fork(int parent, int child) {
   // END SOLUTION
 }
 // ANCHOR_END: fork
+
+// ANCHOR: needs_copy
+bool SharedBlockManager::needs_copy(int seq_id, int n) const {
+  const Sequence& seq = find(seq_id, "needs_copy");
+  // TODO(ch07): true exactly when writing n more tokens would land in a block that another
+  //   sequence also holds: n > 0, the tail block is partly filled (a full tail gets a fresh
+  //   block for the next token anyway) and its refcount is above 1.
+  // HINT(1): the next token goes to position seq.length; which block is that, and who else
+  //   holds it?
+  // HINT(2): n > 0 && seq.length % block_size_ != 0 && refcount_[seq.blocks.back()] > 1.
+  // BEGIN SOLUTION
+  // STUB: PA_TODO("ch07");
+  return n > 0 && seq.length % block_size_ != 0 && refcount_[size_t(seq.blocks.back())] > 1;
+  // END SOLUTION
+}
+// ANCHOR_END: needs_copy
+
+int SharedBlockManager::blocks_needed(int seq_id, int n) const {
+  const Sequence& seq = find(seq_id, "blocks_needed");
+  const int64_t needed = (int64_t(seq.length) + n + block_size_ - 1) / block_size_;
+  return int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size()))) + (needs_copy(seq_id, n) ? 1 : 0);
+}
 
 // ANCHOR: append_slots
 std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {

@@ -1,4 +1,4 @@
-// Chapter 8, exercise 2 of 3: the prefix cache, a block manager that remembers blocks.
+// Chapter 8, exercise 2 of 4: the prefix cache, a block manager that remembers blocks.
 #include <algorithm>
 
 #include "pa/ch08_engine.h"

@@ -1,4 +1,4 @@
-// Chapter 8, exercise 4: cascade attention, a shared prefix read once for its group.
+// Chapter 8, exercise 4 of 4: cascade attention, a shared prefix read once for its group.
 //
 // Three kernels, all writing or reading chapter 5's workspace. Sequence b's partitions are
 // its prefix chunks first (slots 0 .. chunks - 1, none for a sequence in no group), then

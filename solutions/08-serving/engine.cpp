@@ -1,4 +1,4 @@
-// Chapter 8, exercise 3 of 3: the scheduler, with continuous batching, preemption and
+// Chapter 8, exercise 3 of 4: the scheduler, with continuous batching, preemption and
 // the sequences that fork: parallel samples and beams.
 #include <algorithm>
 #include <set>
