@@ -1,19 +1,24 @@
-// Chapter 8: the serving loop. Requests arrive over time; every step the scheduler picks
-// the sequences that run, builds their block tables, context lengths and slot mapping,
-// runs the model once for all of them, and frees a finished request's blocks at once.
+// Chapter 8: the serving loop, built from the earlier chapters. Requests arrive over time;
+// every step the scheduler picks the sequences that run, chapter 3's build_batch makes
+// their block tables, context lengths, slot mapping and query_start_loc, chapter 7's
+// copy_blocks runs the step's copy-on-write copies, the model runs once for all of them,
+// and a finished sequence's blocks are freed at once.
 //
 //   continuous batching  a request joins as soon as its prompt's blocks are free and
 //                        leaves the moment it is done; the batch changes every step
 //   chunked prefill      a step computes at most max_tokens_per_step new tokens; a long
 //                        prompt is computed over several steps
+//   forks                n parallel samples share the prompt's blocks; a beam search forks
+//                        and frees beams every step (chapter 7's reference counts)
 //   preemption           when a running sequence needs a block and none is free, the
-//                        most recently admitted sequence gives its blocks back: swapped
-//                        out to host memory (swap_blocks) or dropped and recomputed later
+//                        most recently admitted request gives all its sequences' blocks
+//                        back: swapped out to host memory (swap_blocks) or dropped and
+//                        recomputed later
 //   prefix caching       every full block computed is registered under hash(parent's
 //                        hash, its tokens); a new prompt that starts with the same blocks
 //                        shares them (reference counts, as in chapter 7); a cached block
 //                        nobody owns stays cached until a new block needs its memory
-//                        (least recently used first)
+//                        (least recently released first)
 #pragma once
 
 #include <cstdint>
