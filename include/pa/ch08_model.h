@@ -147,6 +147,7 @@ class TinyModel {
            const std::function<void(int)>& attend);
   std::vector<float> logits_of(Scratch& s, int n, const std::vector<int>& rows, cudaStream_t stream);
   struct Graphs;
+  void check_step(const StepInput& in, const PagedKV& kv, const char* who) const;
   template <typename C>
   std::vector<float> forward_paged_as(const StepInput& in, PagedKV& kv);
   template <typename C>

@@ -65,4 +65,14 @@ __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const 
 #endif
 }
 
+// Two floats as one register of two E values (the lower first): an A or B fragment's pair.
+template <typename E>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  const E l = from_float<E>(lo), h = from_float<E>(hi);
+  uint16_t a, b;
+  std::memcpy(&a, &l, 2);
+  std::memcpy(&b, &h, 2);
+  return uint32_t(a) | (uint32_t(b) << 16);
+}
+
 }  // namespace pa

@@ -15,15 +15,6 @@
 
 namespace pa::ch08 {
 
-template <typename T>
-__device__ inline uint32_t pack_pair(float lo, float hi) {
-  const T l = from_float<T>(lo), h = from_float<T>(hi);
-  uint16_t a, b;
-  std::memcpy(&a, &l, 2);
-  std::memcpy(&b, &h, 2);
-  return uint32_t(a) | (uint32_t(b) << 16);
-}
-
 // Two consecutive 16-bit values as one register.
 template <typename T>
 __device__ inline uint32_t load_pair(const T* p) {
@@ -132,9 +123,9 @@ cascade_prefix_mma_kernel(float* max_logits, float* exp_sums, float* partial_out
       }
     // O += P V: P (16 x kStage) from the S fragments, V (kStage x D) from shared memory.
     for (int kk = 0; kk < kStage / 16; ++kk) {
-      const uint32_t a[4] = {pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]), pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                             pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                             pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      const uint32_t a[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                             pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                             pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
       const int tok = 16 * kk + 2 * t;  // and tok + 1, tok + 8, tok + 9
       const T* v0 = v_s + (tok / BS) * D * BS + tok % BS;
       const T* v1 = v_s + ((tok + 8) / BS) * D * BS + (tok + 8) % BS;

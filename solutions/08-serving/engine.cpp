@@ -501,7 +501,7 @@ StepReport Engine::step() {
     // sequence (the leader) computes it, or finds it cached; the others wait, parked, and
     // then share the leader's blocks (rejoin), whether or not the cache still holds them.
     const int shared = g->seqs.size() > 1 ? shared_prefix_blocks(*g) : 0;
-    std::vector<int> hit;
+    std::vector<std::vector<int>> hits(g->seqs.size());  // parked sequences: none
     std::set<int> evictable_hits;
     int need = 0;
     for (size_t k = 0; k < g->seqs.size(); ++k) {
@@ -514,11 +514,10 @@ StepReport Engine::step() {
       }
       // At most len - 1 tokens from the cache: the last token must be computed, or there
       // would be no logits to choose the next token from (a full hit).
-      const std::vector<int> h = blocks_.match_prefix(s->tokens, len - 1);
-      for (int b : h)
+      hits[k] = blocks_.match_prefix(s->tokens, len - 1);
+      for (int b : hits[k])
         if (blocks_.refcount(b) == 0) evictable_hits.insert(b);  // a shared one counts once
-      need += want - int(h.size());
-      if (k == 0) hit = h;
+      need += want - int(hits[k].size());
     }
     need += int(evictable_hits.size());
     if (need > blocks_.num_free() - reserved) break;
@@ -530,10 +529,9 @@ StepReport Engine::step() {
         s->parked = true;
         continue;
       }
-      const std::vector<int> h = k == 0 ? hit : blocks_.match_prefix(s->tokens, int(s->tokens.size()) - 1);
-      blocks_.add_sequence(s->id, h);
+      blocks_.add_sequence(s->id, hits[k]);
       if (cfg_.dense) blocks_.reserve(s->id, cfg_.max_seq_len);
-      s->num_computed = int(h.size()) * bs;
+      s->num_computed = int(hits[k].size()) * bs;
       stats_.cached_prompt_tokens += s->num_computed;
     }
     if (shared > 0) rejoin(*g);  // at once if the leader's cache hit covers the prefix

@@ -136,6 +136,32 @@ struct TinyModel::Scratch {
       ensure(attn_c, rows * c.num_q_heads * D * 2);
     }
   }
+
+  // A buffer as the cache's type C: the fp32 buffer itself, or its 16-bit copy.
+  template <typename C>
+  static C* as(DeviceBuffer<float>& f32, DeviceBuffer<uint8_t>& c16) {
+    if constexpr (std::is_same_v<C, float>) return f32.get();
+    else return reinterpret_cast<C*>(c16.get());
+  }
+
+  // One layer's attention on a cache of type C, for n rows: q, k and v rounded to C (if C
+  // is not float), the rows' K/V written to their slots (chapter 2), attend(out, q) into
+  // attn, and attn back to fp32. Write first, then read: a new token attends to itself.
+  template <typename C, typename Attend>
+  void cache_attention(int n, const ModelConfig& c, const ch02::PoolShape& shape, ch02::KVPool<C>& pool,
+                       const int64_t* slot_mapping, cudaStream_t stream, Attend&& attend) {
+    const int64_t q_elems = int64_t(n) * c.num_q_heads * c.head_size;
+    const int64_t kv_elems = int64_t(n) * c.num_kv_heads * c.head_size;
+    C *cq = as<C>(q, q_c), *ck = as<C>(k, k_c), *cv = as<C>(v, v_c), *cattn = as<C>(attn, attn_c);
+    if constexpr (!std::is_same_v<C, float>) {
+      convert(cq, q.get(), q_elems, stream);
+      convert(ck, k.get(), kv_elems, stream);
+      convert(cv, v.get(), kv_elems, stream);
+    }
+    ch02::reshape_and_cache<C>(shape, ck, cv, n, pool.k.get(), pool.v.get(), slot_mapping, stream);
+    attend(cattn, static_cast<const C*>(cq));
+    if constexpr (!std::is_same_v<C, float>) convert(attn.get(), cattn, q_elems, stream);
+  }
 };
 
 TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Scratch) {
@@ -245,26 +271,29 @@ int StepInput::num_decode() const {
   return d;
 }
 
-// ANCHOR: forward_paged
-std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
+// What every paged step must hold before anything reaches the device.
+void TinyModel::check_step(const StepInput& in, const PagedKV& kv, const char* who) const {
   const int n = int(in.tokens.size());
   const ch03::BatchMetadata& md = in.batch;
-  PA_REQUIRE(kv.dtype == cfg_.kv_dtype, "forward_paged: a " << dtype_name(kv.dtype) << " cache for a model of "
-                                                            << dtype_name(cfg_.kv_dtype) << " KV");
-  PA_REQUIRE(n > 0, "forward_paged: a step needs at least one token");
+  PA_REQUIRE(kv.dtype == cfg_.kv_dtype, who << ": a " << dtype_name(kv.dtype) << " cache for a model of "
+                                            << dtype_name(cfg_.kv_dtype) << " KV");
+  PA_REQUIRE(n > 0, who << ": a step needs at least one token");
   PA_REQUIRE(in.positions.size() == size_t(n) && md.slot_mapping.size() == size_t(n),
-             "forward_paged: tokens, positions and slot_mapping differ in length");
+             who << ": tokens, positions and slot_mapping differ in length");
   PA_REQUIRE(md.num_seqs > 0 && md.query_start_loc.size() == size_t(md.num_seqs) + 1 &&
                  md.query_start_loc.back() == n,
-             "forward_paged: query_start_loc must have num_seqs + 1 entries and end at the " << n
-                                                                                           << " tokens");
+             who << ": query_start_loc must have num_seqs + 1 entries and end at the " << n << " tokens");
   for (int t : in.tokens)
-    PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of "
-                                                       << cfg_.vocab_size);
+    PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of " << cfg_.vocab_size);
   for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < n, "logit row " << r << " is not a row of the step");
   for (int64_t slot : md.slot_mapping)
     PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * kv.shape.block_size,
                "slot " << slot << " is outside the pool");
+}
+
+// ANCHOR: forward_paged
+std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
+  check_step(in, kv, "forward_paged");
   std::vector<float> logits;
   with_kv_type(kv.dtype, [&](auto t) { logits = forward_paged_as<decltype(t)>(in, kv); });
   return logits;
@@ -285,11 +314,6 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
   s.slots = DeviceBuffer<int64_t>(md.slot_mapping);
   const float scale = 1.f / std::sqrt(float(D));
   const int64_t q_row = int64_t(Hq) * D;
-  const bool convert_kv = !std::is_same_v<C, float>;
-  C* q = convert_kv ? reinterpret_cast<C*>(s.q_c.get()) : reinterpret_cast<C*>(s.q.get());
-  C* k = convert_kv ? reinterpret_cast<C*>(s.k_c.get()) : reinterpret_cast<C*>(s.k.get());
-  C* v = convert_kv ? reinterpret_cast<C*>(s.v_c.get()) : reinterpret_cast<C*>(s.v.get());
-  C* attn = convert_kv ? reinterpret_cast<C*>(s.attn_c.get()) : reinterpret_cast<C*>(s.attn.get());
   // Decode rows (one new token) go to chapter 5, or to cascade attention where they share
   // a prefix; the prefill chunks to this chapter's kernel. Or the whole step to the step
   // attention, when one is set (chapter 10's varlen kernel).
@@ -300,7 +324,8 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
                         kv.shape.num_blocks, M};
   std::unique_ptr<ch04::DeviceBatch> decode;
   if (step_attention_) {
-    PA_REQUIRE(convert_kv, "forward_paged: the step attention needs a 16-bit cache (kv_dtype fp16 or bf16)");
+    PA_REQUIRE((!std::is_same_v<C, float>),
+               "forward_paged: the step attention needs a 16-bit cache (kv_dtype fp16 or bf16)");
     md.validate(kv.shape.num_blocks, kv.shape.block_size);
     step_attention_->plan(md, kv.shape, Hq, kv.dtype);
   } else {
@@ -326,7 +351,7 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
       s.qsl = DeviceBuffer<int>(prefill_qsl);
     }
   }
-  auto attend = [&](ch02::KVPool<C>& pool) {
+  auto attend = [&](ch02::KVPool<C>& pool, C* attn, const C* q) {
     if (step_attention_) return step_attention_->run(attn, q, pool.k.get(), pool.v.get(), scale, nullptr);
     const ch04::PagedAttentionShape ds{num_decode, Hq, Hkv, D, kv.shape.block_size, kv.shape.num_blocks, M};
     if (cascade)
@@ -340,17 +365,9 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
                            s.prefill_table.get(), s.prefill_lens.get(), s.qsl.get(), scale);
   };
   run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
-    if (convert_kv) {
-      convert(q, s.q.get(), n * q_row, nullptr);
-      convert(k, s.k.get(), int64_t(n) * Hkv * D, nullptr);
-      convert(v, s.v.get(), int64_t(n) * Hkv * D, nullptr);
-    }
-    // Write first, then read: every new token's K/V lands in its slot (chapter 2) ...
     ch02::KVPool<C>& pool = kv.layers<C>()[size_t(l)];
-    ch02::reshape_and_cache<C>(kv.shape, k, v, n, pool.k.get(), pool.v.get(), s.slots.get());
-    // ... then every row attends to its sequence's cached tokens, the new ones included.
-    attend(pool);
-    if (convert_kv) convert(s.attn.get(), attn, n * q_row, nullptr);
+    s.cache_attention<C>(n, cfg_, kv.shape, pool, s.slots.get(), nullptr,
+                         [&](C* attn, const C* q) { attend(pool, attn, q); });
   });
   return logits_of(s, n, in.logit_rows, nullptr);
 }
@@ -395,11 +412,10 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
                                                    int max_blocks_per_seq, int max_context_len) {
   PA_REQUIRE(graphs_supported(), "forward_decode_graph: CUDA graphs need the cuda backend");
   PA_REQUIRE(!step_attention_, "forward_decode_graph: graphs replay chapter 5's decode, not a step attention");
-  PA_REQUIRE(kv.dtype == cfg_.kv_dtype, "forward_decode_graph: a " << dtype_name(kv.dtype)
-                                                                   << " cache for a model of " << dtype_name(cfg_.kv_dtype) << " KV");
+  check_step(in, kv, "forward_decode_graph");
   const ch03::BatchMetadata& md = in.batch;
   const int B = md.num_seqs, M = max_blocks_per_seq, bs = kv.shape.block_size;
-  PA_REQUIRE(B > 0 && in.num_decode() == B && int(in.tokens.size()) == B && int(in.positions.size()) == B,
+  PA_REQUIRE(in.num_decode() == B,
              "forward_decode_graph: every sequence of the step must have exactly one new token");
   PA_REQUIRE(B <= max_batch, "forward_decode_graph: " << B << " sequences, the graphs hold " << max_batch);
   PA_REQUIRE(md.max_blocks_per_seq <= M && int64_t(M) * bs >= max_context_len,
@@ -410,11 +426,6 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
     PA_REQUIRE(md.context_lens[size_t(b)] <= max_context_len,
                "forward_decode_graph: context_len " << md.context_lens[size_t(b)] << " of sequence " << b
                                                     << " is beyond max_context_len " << max_context_len);
-  for (int t : in.tokens)
-    PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary of " << cfg_.vocab_size);
-  for (int64_t slot : md.slot_mapping)
-    PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * bs, "slot " << slot << " is outside the pool");
-  for (int r : in.logit_rows) PA_REQUIRE(r >= 0 && r < B, "logit row " << r << " is not a row of the step");
   std::vector<float> logits;
   with_kv_type(kv.dtype, [&](auto t) {
     logits = forward_graph_as<decltype(t)>(in, kv, max_batch, M, max_context_len);
@@ -481,24 +492,14 @@ std::vector<float> TinyModel::forward_graph_as(const StepInput& in, PagedKV& kv,
   upload(g.slots.get(), slots);
   const float scale = 1.f / std::sqrt(float(D));
   const ch04::PagedAttentionShape ds{bucket, Hq, Hkv, D, bs, kv.shape.num_blocks, M};
-  const bool convert_kv = !std::is_same_v<C, float>;
   Scratch& s = g.s;
-  C* q = convert_kv ? reinterpret_cast<C*>(s.q_c.get()) : reinterpret_cast<C*>(s.q.get());
-  C* k = convert_kv ? reinterpret_cast<C*>(s.k_c.get()) : reinterpret_cast<C*>(s.k.get());
-  C* v = convert_kv ? reinterpret_cast<C*>(s.v_c.get()) : reinterpret_cast<C*>(s.v.get());
-  C* attn = convert_kv ? reinterpret_cast<C*>(s.attn_c.get()) : reinterpret_cast<C*>(s.attn.get());
   auto forward = [&] {
     run(s, bucket, g.tokens.get(), g.positions.get(), g.stream, [&](int l) {
-      if (convert_kv) {
-        convert(q, s.q.get(), int64_t(bucket) * Hq * D, g.stream);
-        convert(k, s.k.get(), int64_t(bucket) * Hkv * D, g.stream);
-        convert(v, s.v.get(), int64_t(bucket) * Hkv * D, g.stream);
-      }
       ch02::KVPool<C>& pool = kv.layers<C>()[size_t(l)];
-      ch02::reshape_and_cache<C>(kv.shape, k, v, bucket, pool.k.get(), pool.v.get(), g.slots.get(), g.stream);
-      ch05::paged_attention<C>(ds, attn, q, pool.k.get(), pool.v.get(), g.table.get(), g.lens.get(),
-                               max_context_len, scale, g.ws, g.stream);
-      if (convert_kv) convert(s.attn.get(), attn, int64_t(bucket) * Hq * D, g.stream);
+      s.cache_attention<C>(bucket, cfg_, kv.shape, pool, g.slots.get(), g.stream, [&](C* attn, const C* q) {
+        ch05::paged_attention<C>(ds, attn, q, pool.k.get(), pool.v.get(), g.table.get(), g.lens.get(),
+                                 max_context_len, scale, g.ws, g.stream);
+      });
     });
   };
   auto it = g.execs.find(bucket);

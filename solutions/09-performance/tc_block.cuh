@@ -27,15 +27,6 @@ struct MmaType<uint8_t> {
 };
 // ANCHOR_END: mma_type
 
-template <typename E>
-__device__ inline uint32_t pack2(float lo, float hi) {
-  const E l = from_float<E>(lo), h = from_float<E>(hi);
-  uint16_t a, b;
-  std::memcpy(&a, &l, 2);
-  std::memcpy(&b, &h, 2);
-  return uint32_t(a) | (uint32_t(b) << 16);
-}
-
 // Two e4m3 bytes (the lower first) to two fp16 values in one register.
 __device__ inline uint32_t e4m3x2_to_half2_bits(uint16_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two), __NV_E4M3);

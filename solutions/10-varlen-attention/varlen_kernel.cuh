@@ -207,7 +207,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
         const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
         for (int p = 0; p < 4; ++p)
-          qa[m][part * 4 + p][r] = ok ? ch09::pack2<E>(to_float(e[2 * p]), to_float(e[2 * p + 1])) : 0u;
+          qa[m][part * 4 + p][r] = ok ? pack2<E>(to_float(e[2 * p]), to_float(e[2 * p + 1])) : 0u;
       }
     }
   }
@@ -314,10 +314,10 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       const int t16 = first + 16 * h;
       if (h >= nh || t16 >= w.kv_end || t16 > warp_last) break;  // all of P is 0 there
       // P as the A operand: k-index 2t + e is token 4t + e, 2t + 8 + e is token 4t + 2 + e.
-      const uint32_t af[4] = {ch09::pack2<E>(sc[2 * h][0], sc[2 * h][1]),
-                              ch09::pack2<E>(sc[2 * h][2], sc[2 * h][3]),
-                              ch09::pack2<E>(sc[2 * h + 1][0], sc[2 * h + 1][1]),
-                              ch09::pack2<E>(sc[2 * h + 1][2], sc[2 * h + 1][3])};
+      const uint32_t af[4] = {pack2<E>(sc[2 * h][0], sc[2 * h][1]),
+                              pack2<E>(sc[2 * h][2], sc[2 * h][3]),
+                              pack2<E>(sc[2 * h + 1][0], sc[2 * h + 1][1]),
+                              pack2<E>(sc[2 * h + 1][2], sc[2 * h + 1][3])};
       uint32_t keep[2];  // zero V past the chunk's end: P is 0 there, but 0 * NaN is NaN
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -414,7 +414,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
         *reinterpret_cast<uint32_t*>(dst + 8 * n) =
-            ch09::pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
     }
     return;
   }
