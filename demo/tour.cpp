@@ -396,7 +396,7 @@ void print_plan(const pa::ch10::Plan& plan, int group, const std::vector<int>& q
   for (int c = 0; c < plan.grid; ++c)
     for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i) {
       const pa::ch10::WorkItem& w = plan.items[i];
-      const int rows = std::min(pa::ch10::kTileRows, (qsl[w.seq + 1] - qsl[w.seq]) * group - w.row0);
+      const int rows = pa::ch10::tile_rows(qsl[w.seq + 1] - qsl[w.seq], group, w.row0);
       char tokens[32], kv[32], split[16];
       std::snprintf(tokens, sizeof tokens, "%d..%d", w.row0 / group, (w.row0 + rows - 1) / group);
       std::snprintf(kv, sizeof kv, "%d..%d", w.kv_begin, w.kv_end - 1);

@@ -104,16 +104,22 @@ struct TensorCoreMath {
   __device__ void init(const DecodeArgs<T, C>& a, int seq, int head0, float* block_smem,
                        float* warp_smem, State& st) {
     (void)block_smem;
+    const int g = threadIdx.x % 32 / 4;
+    setup(a.q + (int64_t(seq) * a.s.num_q_heads + head0 + g) * D, g < GQ,
+          a.scale * (a.k_scale ? *a.k_scale : 1.f), warp_smem, st);
+  }
+  // The same from this lane's query row (head g; ok false: no such head) and the scores'
+  // scale: chapter 10's decode items start here.
+  __device__ void setup(const T* q, bool ok, float scale, float* warp_smem, State& st) {
     p_s = reinterpret_cast<uint16_t*>(warp_smem);
-    score_scale = a.scale * (a.k_scale ? *a.k_scale : 1.f);
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const T* q = a.q + (int64_t(seq) * a.s.num_q_heads + head0 + g) * D;
+    score_scale = scale;
+    const int t = threadIdx.x % 4;
     constexpr int kPerLoad = 8;  // q values per 16-byte load (T is 16-bit)
     for (int m = 0; m < kQRegs / (x / 2); ++m)
       for (int part = 0; part < x / kPerLoad; ++part) {
         const int d0 = (4 * m + t) * x + part * kPerLoad;  // chunk 4m + t
         uint32_t* dst = q_frag + m * (x / 2) + part * (kPerLoad / 2);
-        if (g < GQ && d0 < D) {
+        if (ok && d0 < D) {
           const uint4 raw = *reinterpret_cast<const uint4*>(q + d0);
           const T* e = reinterpret_cast<const T*>(&raw);
           for (int p = 0; p < kPerLoad / 2; ++p)

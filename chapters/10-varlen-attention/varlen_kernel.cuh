@@ -13,42 +13,24 @@
 //   O += P V     P goes from S's accumulators straight into A registers: the token order
 //                inside each 16-token half of a stage makes lane t hold tokens 4t .. 4t+3.
 //
-// A decode is the case of one new token: the tile has G rows, warp 0 computes and the four
-// warps keep the loads in flight. Nothing else changes.
+// A tile of at most 16 rows (a short verification) has the warps share its rows and split
+// each stage's tokens. A decode item (one new token, at most 8 query heads) takes chapter
+// 9's warps instead (decode_warps.cuh): each warp streams its own slots, with K Q^T on the
+// tensor cores. All three end in the same merge and the same writes.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "decode_warps.cuh"       // decode items: chapter 9's warps
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "tc_block.cuh"           // chapter 9: MmaType, pack2, chunk_to_pairs, four_to_pairs
+#include "varlen_args.cuh"
 #include "pa/async_copy.h"
 #include "pa/ch10_varlen.h"
 #include "pa/mma.h"
 
 namespace pa::ch10 {
-
-using ch09::CacheElem;
-using ch09::MmaType;
-
-constexpr int kWarps = kTileRows / 16;  // one 16-row tensor-core tile per warp
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Everything a launch passes to the kernel. C is the cache element: T, or uint8_t (e4m3).
-template <typename T, typename C>
-struct VarlenArgs {
-  T* out;
-  const T* q;
-  const C *k_pool, *v_pool;
-  const int *block_table, *seq_lens, *query_start_loc;
-  const WorkItem* items;
-  const int* cta_start;
-  float *max_logits, *exp_sums, *partial_out;  // split tiles' partial results
-  int* counters;                               // split tiles' tickets (left at zero)
-  const float *k_scale, *v_scale;              // e4m3 only (device pointers); nullptr means 1
-  float scale;
-  VarlenShape s;
-};
 
 // ANCHOR: stage_layout
 // One pipeline stage in shared memory: kTokens tokens of K, then of V (64; 32 for a 16-bit
@@ -74,11 +56,28 @@ struct StageLayout {
 // Stages in the ring: as many as fit in 75 KB (three thread blocks per SM), 2 to 4. A deeper
 // ring of smaller stages at two blocks per SM was slower (NOTES.md, v2).
 template <typename C, int D>
-constexpr int stages_for() {
+__host__ __device__ constexpr int stages_for() {
   constexpr int n = 75 * 1024 / StageLayout<C, D>::kBytes;
   return n < 2 ? 2 : (n > 4 ? 4 : n);
 }
 // ANCHOR_END: stages
+
+// Decode items' ring slots per warp (decode_warps.cuh), and the shared memory of the kernel:
+// the larger of the two rings.
+template <typename C, int D>
+__host__ __device__ constexpr int decode_slots() {
+#ifdef PA_CH10_DECODE_SLOTS  // benchmark experiments only
+  return PA_CH10_DECODE_SLOTS;
+#else
+  return DecodeRing<C, D>::slots(stages_for<C, D>() * StageLayout<C, D>::kBytes);
+#endif
+}
+template <typename C, int D>
+constexpr size_t smem_bytes() {
+  const size_t ring = size_t(stages_for<C, D>()) * StageLayout<C, D>::kBytes;
+  const size_t decode = DecodeRing<C, D>::bytes(decode_slots<C, D>());
+  return ring > decode ? ring : decode;
+}
 
 // After the loop the ring holds the four warps' states when they split a tile's tokens:
 // o [warp][16 rows][D], then m and l [warp][16 rows] (floats).
@@ -104,9 +103,10 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int q_start = a.query_start_loc[w.seq];
   const int n_new = a.query_start_loc[w.seq + 1] - q_start;
   const int seq_len = a.seq_lens[w.seq];
-  const int tile_rows = min(kTileRows, n_new * G - w.row0);
-  const bool split_tokens = tile_rows <= 16;
-  const int row_warp = split_tokens ? 0 : warp;  // whose 16 rows this warp computes
+  const int tile_rows = ch10::tile_rows(n_new, G, w.row0);
+  const bool decode = n_new == 1;  // a tile of at most kDecodeRows heads: chapter 9's warps
+  const bool split_tokens = !decode && tile_rows <= 16;
+  const int row_warp = decode || split_tokens ? 0 : warp;  // whose 16 rows this warp computes
 
   // ANCHOR: row_of
   // This lane's two rows of the warp's 16: g and g + 8. Which new token and which query
@@ -124,6 +124,9 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     pos[r] = -1;
   }
   // ANCHOR_END: row_of
+#pragma unroll
+  for (int r = 0; r < 2; ++r)  // a decode tile has 8 rows: row g + 8 is the next tile's
+    if (16 * row_warp + g + 8 * r >= tile_rows) pos[r] = -1;
   // The last position any row of this warp sees: tokens past it are skipped by the warp.
   int warp_last = max(pos[0], pos[1]);
   for (int offset = 16; offset > 0; offset /= 2)
@@ -177,31 +180,6 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   };
   // ANCHOR_END: load_tile
 
-  __syncthreads();  // the previous item's warps are done with the ring
-  for (int i = 0; i < kStages - 1; ++i) issue(i);  // the first tiles load while q does
-
-  // The queries as A fragments: qa[m][p][r] is pair p (dimensions 2p, 2p + 1) of K chunk
-  // 4m + t of row g + 8r, in the tensor cores' type. Rows past the end hold zeros.
-  uint32_t qa[kGroups][kPairs][2];
-#pragma unroll
-  for (int m = 0; m < kGroups; ++m) {
-    const int j = 4 * m + t;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bool ok = pos[r] >= 0 && j < kChunks;
-      const T* src = a.q + (int64_t(q_start + token[r]) * s.num_q_heads + head[r]) * D + j * x;
-#pragma unroll
-      for (int part = 0; part < x / 8; ++part) {  // 8 query values per 16-byte load
-        uint4 raw{0u, 0u, 0u, 0u};
-        if (ok) raw = *reinterpret_cast<const uint4*>(src + part * 8);
-        const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int p = 0; p < 4; ++p)
-          qa[m][part * 4 + p][r] = ok ? pack2<E>(to_float(e[2 * p]), to_float(e[2 * p + 1])) : 0u;
-      }
-    }
-  }
-
   // The running state of the lane's two rows: max and exp-sum (base 2), and the output
   // o[n][i]: row g + 8 (i / 2), dimension 8 n + 2t + i % 2.
   float o[D / 8][4];
@@ -210,157 +188,192 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
     for (int i = 0; i < 4; ++i) o[n][i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  const float scale_log2 = a.scale * (a.k_scale ? *a.k_scale : 1.f) * 1.4426950408889634f;
+  // Where the warps leave their states for the merge: o [warp][16 rows][D], m, l [warp][16].
+  float* so = reinterpret_cast<float*>(smem);
+  float* sm = so + kWarps * 16 * D;
+  float* sl = sm + kWarps * 16;
 
-  // The warp attends to `nh` (1 or 2) consecutive 16-token halves of a stage, from half h0.
-  auto attend = [&](const uint4* ks, const C* vs, int tok0, int h0, int nh) {
-    const int first = tok0 + 16 * h0;
-    if (first >= w.kv_end || first > warp_last) return;  // nothing the rows may see
+  __syncthreads();  // the previous item's warps are done with the ring
+  if (decode) {
+    decode_warps<T, C, D, decode_slots<C, D>()>(a, w, q_start, tile_rows, smem, so, sm, sl);
+  } else {
+    for (int i = 0; i < kStages - 1; ++i) issue(i);  // the first tiles load while q does
 
-    // ANCHOR: scores
-    // sc[q]: scores of n-tile q, whose column n is the token 16 (h0 + q / 2) + 2 (q % 2) +
-    // 4 (n / 2) + n % 2 of the stage. Lane (g, t) loads that token for n = g; its
-    // accumulators then hold rows g, g + 8 at columns 2t, 2t + 1: tokens 4t + 2 (q % 2) + {0, 1}.
-    float sc[4][4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) sc[q][i] = 0.f;
+    // The queries as A fragments: qa[m][p][r] is pair p (dimensions 2p, 2p + 1) of K chunk
+    // 4m + t of row g + 8r, in the tensor cores' type. Rows past the end hold zeros.
+    uint32_t qa[kGroups][kPairs][2];
 #pragma unroll
     for (int m = 0; m < kGroups; ++m) {
-      const int j = 4 * m + t;  // this lane's K chunk: the same dimensions as qa[m]
+      const int j = 4 * m + t;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (q >= 2 * nh) break;
-        const int tk = 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * (g / 2) + g % 2;
-        uint32_t kp[kPairs];
-        if (kChunks % 4 == 0 || j < kChunks) {
-          ch09::chunk_to_pairs<C>(ks[tk * L::kPitch + j], kp);
-        } else {
+      for (int r = 0; r < 2; ++r) {
+        const bool ok = pos[r] >= 0 && j < kChunks;
+        const T* src = a.q + (int64_t(q_start + token[r]) * s.num_q_heads + head[r]) * D + j * x;
 #pragma unroll
-          for (int p = 0; p < kPairs; ++p) kp[p] = 0u;
-        }
+        for (int part = 0; part < x / 8; ++part) {  // 8 query values per 16-byte load
+          uint4 raw{0u, 0u, 0u, 0u};
+          if (ok) raw = *reinterpret_cast<const uint4*>(src + part * 8);
+          const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int u = 0; u < kPairs / 2; ++u) {
-          const uint32_t af[4] = {qa[m][2 * u][0], qa[m][2 * u][1], qa[m][2 * u + 1][0],
-                                  qa[m][2 * u + 1][1]};
-          const uint32_t bf[2] = {kp[2 * u], kp[2 * u + 1]};
-          mma_16x8x16<E>(sc[q], af, bf);
+          for (int p = 0; p < 4; ++p)
+            qa[m][part * 4 + p][r] = ok ? pack2<E>(to_float(e[2 * p]), to_float(e[2 * p + 1])) : 0u;
         }
       }
     }
-    // ANCHOR_END: scores
 
-    // ANCHOR: online_softmax
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int kpos = tok0 + 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
-        const bool in_range = q < 2 * nh;  // halves this call does not cover stay out
-        // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
-        //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
-        //   or past the item's kv_end, or after the row's own position (causal). A row with
-        //   pos -1 sees nothing. Keys of halves out of range are -INFINITY too (already done).
-        sc[q][i] = -INFINITY;
-      }
-    float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // a row's 4 lanes hold 8 of its 32 scores each
-      float mx = -INFINITY;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) mx = fmaxf(mx, fmaxf(sc[q][2 * r], sc[q][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx);
-      const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no NaN from -inf - -inf
-      corr[r] = exp2f(m_run[r] - base);
-      float sum = 0.f;
+    const float scale_log2 = a.scale * (a.k_scale ? *a.k_scale : 1.f) * 1.4426950408889634f;
+
+    // The warp attends to `nh` (1 or 2) consecutive 16-token halves of a stage, from half h0.
+    auto attend = [&](const uint4* ks, const C* vs, int tok0, int h0, int nh) {
+      const int first = tok0 + 16 * h0;
+      if (first >= w.kv_end || first > warp_last) return;  // nothing the rows may see
+
+      // ANCHOR: scores
+      // sc[q]: scores of n-tile q, whose column n is the token 16 (h0 + q / 2) + 2 (q % 2) +
+      // 4 (n / 2) + n % 2 of the stage. Lane (g, t) loads that token for n = g; its
+      // accumulators then hold rows g, g + 8 at columns 2t, 2t + 1: tokens 4t + 2 (q % 2) + {0, 1}.
+      float sc[4][4];
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) sum += (sc[q][2 * r + e] = exp2f(sc[q][2 * r + e] - base));
-      l_run[r] = l_run[r] * corr[r] + sum;  // this lane's share; the row's four are added at the end
-      m_run[r] = m_new;
-    }
+        for (int i = 0; i < 4; ++i) sc[q][i] = 0.f;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+      for (int m = 0; m < kGroups; ++m) {
+        const int j = 4 * m + t;  // this lane's K chunk: the same dimensions as qa[m]
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[n][i] *= corr[i / 2];
-    // ANCHOR_END: online_softmax
-
-    // ANCHOR: pv
+        for (int q = 0; q < 4; ++q) {
+          if (q >= 2 * nh) break;
+          const int tk = 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * (g / 2) + g % 2;
+          uint32_t kp[kPairs];
+          if (kChunks % 4 == 0 || j < kChunks) {
+            ch09::chunk_to_pairs<C>(ks[tk * L::kPitch + j], kp);
+          } else {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int t16 = first + 16 * h;
-      if (h >= nh || t16 >= w.kv_end || t16 > warp_last) break;  // all of P is 0 there
-      // P as the A operand: k-index 2t + e is token 4t + e, 2t + 8 + e is token 4t + 2 + e.
-      const uint32_t af[4] = {pack2<E>(sc[2 * h][0], sc[2 * h][1]),
-                              pack2<E>(sc[2 * h][2], sc[2 * h][3]),
-                              pack2<E>(sc[2 * h + 1][0], sc[2 * h + 1][1]),
-                              pack2<E>(sc[2 * h + 1][2], sc[2 * h + 1][3])};
-      uint32_t keep[2];  // zero V past the chunk's end: P is 0 there, but 0 * NaN is NaN
+            for (int p = 0; p < kPairs; ++p) kp[p] = 0u;
+          }
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int kpos = t16 + 4 * t + 2 * e;
-        keep[e] = (kpos < w.kv_end ? 0x0000ffffu : 0u) | (kpos + 1 < w.kv_end ? 0xffff0000u : 0u);
+          for (int u = 0; u < kPairs / 2; ++u) {
+            const uint32_t af[4] = {qa[m][2 * u][0], qa[m][2 * u][1], qa[m][2 * u + 1][0],
+                                    qa[m][2 * u + 1][1]};
+            const uint32_t bf[2] = {kp[2 * u], kp[2 * u + 1]};
+            mma_16x8x16<E>(sc[q], af, bf);
+          }
+        }
       }
-      const C* v_half = vs + (h0 + h) * D * 16 + 4 * t;
+      // ANCHOR_END: scores
+
+      // ANCHOR: online_softmax
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        uint32_t vp[2];
-        ch09::four_to_pairs<C>(v_half + (8 * n + g) * 16, vp);
-        const uint32_t bf[2] = {vp[0] & keep[0], vp[1] & keep[1]};
-        mma_16x8x16<E>(o[n], af, bf);
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int kpos = tok0 + 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
+          const bool in_range = q < 2 * nh;  // halves this call does not cover stay out
+          // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
+          //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
+          //   or past the item's kv_end, or after the row's own position (causal). A row with
+          //   pos -1 sees nothing. Keys of halves out of range are -INFINITY too (already done).
+          sc[q][i] = -INFINITY;
+        }
+      float corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // a row's 4 lanes hold 8 of its 32 scores each
+        float mx = -INFINITY;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mx = fmaxf(mx, fmaxf(sc[q][2 * r], sc[q][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        const float m_new = fmaxf(m_run[r], mx);
+        const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no NaN from -inf - -inf
+        corr[r] = exp2f(m_run[r] - base);
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) sum += (sc[q][2 * r + e] = exp2f(sc[q][2 * r + e] - base));
+        l_run[r] = l_run[r] * corr[r] + sum;  // this lane's share; the row's four are added at the end
+        m_run[r] = m_new;
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[n][i] *= corr[i / 2];
+      // ANCHOR_END: online_softmax
+
+      // ANCHOR: pv
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t16 = first + 16 * h;
+        if (h >= nh || t16 >= w.kv_end || t16 > warp_last) break;  // all of P is 0 there
+        // P as the A operand: k-index 2t + e is token 4t + e, 2t + 8 + e is token 4t + 2 + e.
+        const uint32_t af[4] = {pack2<E>(sc[2 * h][0], sc[2 * h][1]),
+                                pack2<E>(sc[2 * h][2], sc[2 * h][3]),
+                                pack2<E>(sc[2 * h + 1][0], sc[2 * h + 1][1]),
+                                pack2<E>(sc[2 * h + 1][2], sc[2 * h + 1][3])};
+        uint32_t keep[2];  // zero V past the chunk's end: P is 0 there, but 0 * NaN is NaN
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kpos = t16 + 4 * t + 2 * e;
+          keep[e] = (kpos < w.kv_end ? 0x0000ffffu : 0u) | (kpos + 1 < w.kv_end ? 0xffff0000u : 0u);
+        }
+        const C* v_half = vs + (h0 + h) * D * 16 + 4 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          uint32_t vp[2];
+          ch09::four_to_pairs<C>(v_half + (8 * n + g) * 16, vp);
+          const uint32_t bf[2] = {vp[0] & keep[0], vp[1] & keep[1]};
+          mma_16x8x16<E>(o[n], af, bf);
+        }
+      }
+      // ANCHOR_END: pv
+    };
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage
+      issue(tile + kStages - 1);
+      const int tok0 = w.kv_begin + tile * L::kTokens;
+      const uint4* ks = stage_k(tile % kStages);
+      const C* vs = stage_v(tile % kStages);
+      if (split_tokens) {
+        if (warp < L::kHalves) attend(ks, vs, tok0, warp, 1);
+      } else {
+        for (int h0 = 0; h0 < L::kHalves; h0 += 2) attend(ks, vs, tok0, h0, 2);
       }
     }
-    // ANCHOR_END: pv
-  };
+    cp_async_wait<0>();
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage
-    issue(tile + kStages - 1);
-    const int tok0 = w.kv_begin + tile * L::kTokens;
-    const uint4* ks = stage_k(tile % kStages);
-    const C* vs = stage_v(tile % kStages);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the row's four lanes' exp-sums
+      l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 1);
+      l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 2);
+    }
     if (split_tokens) {
-      if (warp < L::kHalves) attend(ks, vs, tok0, warp, 1);
-    } else {
-      for (int h0 = 0; h0 < L::kHalves; h0 += 2) attend(ks, vs, tok0, h0, 2);
-    }
-  }
-  cp_async_wait<0>();
-
+      __syncthreads();  // every warp is done with the ring: it holds the states now
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {  // the row's four lanes' exp-sums
-    l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 2);
+      for (int r = 0; r < 2; ++r) {
+        const int row = g + 8 * r;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          so[(warp * 16 + row) * D + 8 * n + 2 * t] = o[n][2 * r];
+          so[(warp * 16 + row) * D + 8 * n + 2 * t + 1] = o[n][2 * r + 1];
+        }
+        if (t == 0) {
+          sm[warp * 16 + row] = m_run[r];
+          sl[warp * 16 + row] = l_run[r];
+        }
+      }
+    }
   }
   // ANCHOR: merge_warps
-  // Tokens split among the warps: warp 0 takes over the four states (chapter 4's merge).
-  if (split_tokens) {
-    __syncthreads();  // every warp is done with the ring: it holds the states now
-    float* so = reinterpret_cast<float*>(smem);  // [warp][16][D]
-    float* sm = so + kWarps * 16 * D;            // [warp][16]
-    float* sl = sm + kWarps * 16;                // [warp][16]
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = g + 8 * r;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        so[(warp * 16 + row) * D + 8 * n + 2 * t] = o[n][2 * r];
-        so[(warp * 16 + row) * D + 8 * n + 2 * t + 1] = o[n][2 * r + 1];
-      }
-      if (t == 0) {
-        sm[warp * 16 + row] = m_run[r];
-        sl[warp * 16 + row] = l_run[r];
-      }
-    }
+  // Tokens split among the warps (decode items, small tiles): warp 0 takes over the four
+  // states (chapter 4's merge).
+  if (decode || split_tokens) {
     __syncthreads();
     if (warp == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        if (pos[r] < 0) continue;  // no such row
         const int row = g + 8 * r;
         float M = -INFINITY;
         for (int v = 0; v < kWarps; ++v) M = fmaxf(M, sm[v * 16 + row]);
@@ -380,7 +393,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       }
     }
   }
-  const bool writer = !split_tokens || warp == 0;
+  const bool writer = !(decode || split_tokens) || warp == 0;
   // ANCHOR_END: merge_warps
 
   // ANCHOR: write_out

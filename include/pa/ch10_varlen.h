@@ -64,14 +64,24 @@ void check_metadata(const VarlenShape& s, const std::vector<int>& block_table,
 // ANCHOR: work_item
 // Query rows: sequence b's new token i with query head kv_head * G + h (G = Hq / Hkv) is
 // row i * G + h of that sequence, so one KV head's G query heads sit side by side and each
-// K/V byte loaded serves all of them. A tile is kTileRows consecutive rows.
-inline constexpr int kTileRows = 64;  // 4 warps x 16 rows (one mma.sync row tile each)
-inline constexpr int kKvTile = 64;    // tokens of K/V per pipeline stage (at most); chunks are multiples
+// K/V byte loaded serves all of them. A tile is kTileRows consecutive rows, or kDecodeRows
+// for a sequence with one new token (a decode: chapter 9's K Q^T has 8 columns).
+inline constexpr int kTileRows = 64;   // 4 warps x 16 rows (one mma.sync row tile each)
+inline constexpr int kDecodeRows = 8;  // a decode tile: G <= 8 heads in one, more in several
+inline constexpr int kKvTile = 64;     // tokens of K/V per pipeline stage (at most); chunks are multiples
+
+// The tiles of a sequence with n_new new tokens start every tile_size(n_new) rows; the one at
+// row0 has tile_rows(n_new, G, row0) rows.
+__host__ __device__ inline int tile_size(int n_new) { return n_new == 1 ? kDecodeRows : kTileRows; }
+__host__ __device__ inline int tile_rows(int n_new, int G, int row0) {
+  const int left = n_new * G - row0;
+  return left < tile_size(n_new) ? left : tile_size(n_new);
+}
 
 struct WorkItem {
   int seq;           // b
   int kv_head;       // the KV head; its G query heads are the tile's columns of rows
-  int row0;          // the tile's first row (a multiple of kTileRows)
+  int row0;          // the tile's first row (a multiple of tile_size(n_b))
   int kv_begin;      // the KV tokens this item attends over: [kv_begin, kv_end) of the
   int kv_end;        //   sequence's cache (kv_end <= the last position a row of the tile sees + 1)
   int split;         // which chunk of its tile's KV this is: 0 .. num_splits - 1

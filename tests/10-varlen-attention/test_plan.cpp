@@ -52,8 +52,8 @@ std::string item_text(const WorkItem& w) {
   return os.str();
 }
 
-// Rows of the tile at row0 of a sequence with n new tokens (G rows per token).
-int tile_rows(int n, int G, int row0) { return std::min(kTileRows, n * G - row0); }
+using pa::ch10::tile_rows;
+using pa::ch10::tile_size;
 
 // Every property a plan must have, whatever its chunking and dealing.
 ::testing::AssertionResult valid_plan(const Batch& b, const Plan& p, int grid, int forced_chunk) {
@@ -86,7 +86,7 @@ int tile_rows(int n, int G, int row0) { return std::min(kTileRows, n * G - row0)
   for (int seq = 0; seq < s.num_seqs; ++seq) {
     const int n = b.qsl[size_t(seq) + 1] - b.qsl[size_t(seq)];
     for (int h = 0; h < s.num_kv_heads; ++h)
-      for (int row0 = 0; row0 < n * G; row0 += kTileRows) {
+      for (int row0 = 0; row0 < n * G; row0 += tile_size(n)) {
         ++expected_tiles;
         auto it = tiles.find({seq, h, row0});
         const std::string where = "sequence " + std::to_string(seq) + ", kv_head " +
@@ -138,7 +138,7 @@ int tile_rows(int n, int G, int row0) { return std::min(kTileRows, n * G - row0)
   if (tiles.size() != expected_tiles)
     return fail("items for " + std::to_string(tiles.size()) + " tiles, the batch has " +
                 std::to_string(expected_tiles) + " (a tile of a sequence without new tokens, or "
-                "a row0 that is not a multiple of 64 past the last row?)");
+                "a row0 that is not a multiple of its tile size past the last row?)");
   if (int(counters.size()) != p.num_counters)
     return fail("num_counters " + std::to_string(p.num_counters) + ", but " +
                 std::to_string(counters.size()) + " split tiles");

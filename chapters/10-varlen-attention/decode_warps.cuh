@@ -1,0 +1,105 @@
+// Chapter 10: decode items. An item of one new token with at most kDecodeRows query heads
+// (a decode, G <= 8) runs chapter 9's tensor-core math instead of the 64-row tile: S = K Q^T
+// puts 16 tokens on the mma's rows and the 8 heads on its columns, so a group of 4 wastes
+// half of the product, not three quarters; and each warp streams its own 16-token slots
+// through its own cp.async ring, as chapter 9's warps do, with no barrier between the warps
+// until the end of the item (NOTES.md, v3).
+#pragma once
+
+#include <cstdint>
+
+#include "decode_kernel.cuh"  // chapter 9: TensorCoreMath (attend_tile_tc over 16 tokens)
+#include "varlen_args.cuh"
+#include "pa/async_copy.h"
+
+namespace pa::ch10 {
+
+// ANCHOR: decode_ring
+// One warp's ring: kSlots slots of 16 tokens, K as [chunk][16][x] and V as [D][16] (chapter
+// 9's layouts for a 16-token block, whatever the pool's block size), then the warp's P
+// scratch. Slots per warp: what fits in the general path's ring, 2 to 4.
+template <typename C, int D>
+struct DecodeRing {
+  static constexpr int kSlotElems = 2 * 16 * D;
+  static constexpr int kSlotBytes = kSlotElems * int(sizeof(C));
+  static constexpr int kScratchBytes = 8 * 16 * 2;  // P: [8 heads][16 tokens] of 16 bits
+  __host__ __device__ static constexpr int slots(int ring_bytes) {
+    const int n = ring_bytes / (kWarps * kSlotBytes);
+    return n < 2 ? 2 : (n > 4 ? 4 : n);
+  }
+  __host__ __device__ static constexpr int bytes(int slots) { return kWarps * (slots * kSlotBytes + kScratchBytes); }
+};
+// ANCHOR_END: decode_ring
+
+// Warp w attends to the item's 16-token tiles w, w + 4, w + 8, ... and leaves its state in
+// the merge layout of the general path: o [warp][16 rows][D], m and l [warp][16 rows], m
+// in base 2. The caller merges the four warps.
+template <typename T, typename C, int D, int kSlots>
+__device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q_start,
+                             int rows, unsigned char* smem, float* so, float* sm, float* sl) {
+  using Math = ch09::TensorCoreMath<T, C, D, 16, kDecodeRows>;
+  using R = DecodeRing<C, D>;
+  constexpr int x = CacheElem<C>::x, kChunks = D / x;
+  constexpr int kParts = 16 / x;  // 16-byte V pieces per 16-token row: 2 (16-bit) or 1 (e4m3)
+  const VarlenShape& s = a.s;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+  const int G = s.num_q_heads / s.num_kv_heads, BS = s.block_size;
+  const int* table = a.block_table + int64_t(w.seq) * s.max_blocks_per_seq;
+  const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
+  const int64_t head_offset = int64_t(w.kv_head) * D * BS;
+  C* ring = reinterpret_cast<C*>(smem) + warp * kSlots * R::kSlotElems;
+  float* scratch = reinterpret_cast<float*>(smem + kWarps * kSlots * R::kSlotBytes +
+                                            warp * R::kScratchBytes);
+
+  // ANCHOR: decode_issue
+  // Lane copies K of token lane % 16 (chunks lane / 16, + 2, ...) and V piece lane % kParts
+  // of rows lane / kParts, + 32 / kParts, ...: one block-table entry each per slot.
+  const int count = max(0, ((w.kv_end - w.kv_begin + 15) / 16 - warp + kWarps - 1) / kWarps);
+  auto issue = [&](int i) {
+    if (i < count) {
+      const int tok0 = w.kv_begin + 16 * (warp + kWarps * i);
+      C* slot = ring + i % kSlots * R::kSlotElems;
+      const uint4 zero{0u, 0u, 0u, 0u};
+      const int tok = tok0 + lane % 16;
+      uint4* k_dst = reinterpret_cast<uint4*>(slot) + lane % 16;  // chunk j at + 16 j
+      if (tok < w.kv_end) {
+        const C* src = a.k_pool + int64_t(table[tok / BS]) * block_elems + head_offset +
+                       int64_t(tok % BS) * x;
+        for (int j = lane / 16; j < kChunks; j += 2) cp_async16(k_dst + 16 * j, src + int64_t(j) * BS * x);
+      } else {
+        for (int j = lane / 16; j < kChunks; j += 2) k_dst[16 * j] = zero;
+      }
+      const int v_tok = tok0 + lane % kParts * x;  // the piece's first token
+      C* v_dst = slot + 16 * D + lane % kParts * x;  // row d at + 16 d
+      if (v_tok < w.kv_end) {  // tokens past kv_end in the piece are masked by the math
+        const C* src = a.v_pool + int64_t(table[v_tok / BS]) * block_elems + head_offset + v_tok % BS;
+        for (int d = lane / kParts; d < D; d += 32 / kParts) cp_async16(v_dst + 16 * d, src + int64_t(d) * BS);
+      } else {
+        for (int d = lane / kParts; d < D; d += 32 / kParts) *reinterpret_cast<uint4*>(v_dst + 16 * d) = zero;
+      }
+    }
+    cp_async_commit();  // also when empty: "kSlots - 1 groups pending" means slot i landed
+  };
+  // ANCHOR_END: decode_issue
+
+  for (int i = 0; i < kSlots - 1; ++i) issue(i);  // the first slots load while q does
+  Math math;
+  typename Math::State st;
+  const T* q = a.q + (int64_t(q_start) * s.num_q_heads + w.kv_head * G + w.row0 + g) * D;
+  math.setup(q, g < rows, a.scale * (a.k_scale ? *a.k_scale : 1.f), scratch, st);
+  for (int i = 0; i < count; ++i) {
+    issue(i + kSlots - 1);  // into the slot attended last round (attend ends in __syncwarp)
+    cp_async_wait<kSlots - 1>();
+    __syncwarp();
+    const C* slot = ring + i % kSlots * R::kSlotElems;
+    math.attend(slot, slot + 16 * D, min(16, w.kv_end - w.kv_begin - 16 * (warp + kWarps * i)), st);
+  }
+  cp_async_wait<0>();
+
+  __syncthreads();  // every warp is done with its ring: the states go where the rings were
+  math.store(st, so + warp * 16 * D, sm + warp * 16, sl + warp * 16);
+  __syncwarp();
+  if (lane < rows) sm[warp * 16 + lane] *= 1.4426950408889634f;  // base e -> base 2
+}
+
+}  // namespace pa::ch10
