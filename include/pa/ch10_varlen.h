@@ -14,12 +14,12 @@
 // reshape_and_cache before the launch, as in chapter 8).
 //
 // Plan, then run. plan() runs on the host, once per engine step: it turns the batch's
-// lengths into a balanced list of work items -- (sequence, KV head, a tile of 64 query rows,
-// a chunk of the KV) -- dealt to a fixed grid of one GPU wave, and copies that list to the
-// device. run() is then called once per layer with the same plan: a fixed grid and the plan
-// in device memory, so a step can be captured in a CUDA graph and replayed. Items that split
-// one tile's KV write partial results; the last of them to finish merges them by log-sum-exp
-// (chapter 5's merge_partitions), in the same launch.
+// lengths into a balanced list of work items -- (sequence, KV head, a tile of 64 query rows
+// or of 8 for a decode, a chunk of the KV) -- dealt to a fixed grid of one GPU wave, and
+// copies that list to the device. run() is then called once per layer with the same plan:
+// a fixed grid and the plan in device memory, so a step can be captured in a CUDA graph and
+// replayed. Items that split one tile's KV write partial results; the last of them to finish
+// merges them by log-sum-exp (chapter 5's merge_partitions), in the same launch.
 //
 // Queries and outputs are half or bf16; the cache is the same dtype or e4m3 (run_fp8). Head
 // sizes 64, 80, 96, 112, 128, 256; block sizes 8, 16, 32 (16 and 32 for e4m3). The scores

@@ -1,7 +1,7 @@
 // Chapter 10, exercises 3 and 4 of 4: the varlen kernel. One thread block runs the work items
-// the plan dealt it, one after another. An item is a tile of 64 query rows of one sequence
-// and one KV head -- (new token, query head) pairs, row i * G + h -- over a chunk of that
-// sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one row tile of the tensor
+// the plan dealt it, one after another. An item is a tile of query rows (64; 8 for a
+// decode) of one sequence and one KV head -- (new token, query head) pairs, row i * G + h --
+// over a chunk of that sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one row tile of the tensor
 // cores. The four warps stream the chunk's K and V together, 32 tokens per stage, through
 // a ring of shared-memory stages filled by cp.async: every byte is loaded once and serves
 // all the tile's rows -- all G query heads of the KV head, all the tile's new tokens.
