@@ -79,11 +79,25 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
   plan.chunk_tokens = chunk_tokens > 0 ? round_up(chunk_tokens, kKvTile) : 0;
   plan.target_cost = total / grid;
 
+  // ANCHOR: whole_tiles
+  // Tiles of about equal cost that fill half of the wave or more stay whole, one per
+  // thread block, as chapter 9's grid is. Cut into fair shares, they would leave some blocks
+  // two items, and an item's start (a chain of dependent loads) costs more than item_cost
+  // says (NOTES.md: the chunk search, v3 under ncu).
+  const double whole_items = double(tiles.size()) * s.num_kv_heads;
+  double longest = 0;
+  for (const Tile& tile : tiles) longest = std::max(longest, item_cost(tile.kv_needed, tile.rows));
+  const bool whole = plan.chunk_tokens == 0 && whole_items <= grid && 2 * whole_items >= grid &&
+                     longest <= 1.25 * total / whole_items;
+  // ANCHOR_END: whole_tiles
+
   // Items: every (tile, KV head) cut into chunks. A tile of more than one chunk gets a
   // ticket counter and kTileRows partial rows per chunk in the workspace.
   std::vector<double> item_costs;
   for (const Tile& tile : tiles) {
-    const int chunk = plan.chunk_tokens > 0 ? plan.chunk_tokens : chunk_for(tile.rows, plan.target_cost);
+    const int chunk = plan.chunk_tokens > 0 ? plan.chunk_tokens
+                      : whole ? round_up(std::max(tile.kv_needed, 1), kKvTile)
+                              : chunk_for(tile.rows, plan.target_cost);
     const int splits = (tile.kv_needed + chunk - 1) / chunk;
     for (int h = 0; h < s.num_kv_heads; ++h) {
       const int counter = splits > 1 ? plan.num_counters++ : -1;

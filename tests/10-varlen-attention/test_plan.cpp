@@ -271,6 +271,26 @@ TEST(Planner, DoesNotSplitWhatAlreadyFillsTheGrid) {
   EXPECT_LE(p.items.size(), 2u * 132);
 }
 
+// 256 equal decode tiles (32 sequences x 8 KV heads of 4096 tokens) fill two thirds of a
+// 396-block wave: they stay whole, one per thread block, as chapter 9's grid has them. On a
+// wave twice as large they are split to fill it; unequal tiles are split to balance them.
+TEST(Planner, KeepsEqualTilesWholeWhenTheyFillHalfTheWave) {
+  std::vector<std::pair<int, int>> seqs(32, {4095, 1});
+  const Batch equal = batch_of(32, 8, seqs);
+  Plan p = make_plan(equal.shape, equal.seq_lens, equal.qsl, 396);
+  ASSERT_TRUE(valid_plan(equal, p, 396, 0));
+  EXPECT_EQ(split_items(p), 0) << "equal tiles over half the wave were split";
+  EXPECT_EQ(p.items.size(), 256u);
+  p = make_plan(equal.shape, equal.seq_lens, equal.qsl, 792);
+  ASSERT_TRUE(valid_plan(equal, p, 792, 0));
+  EXPECT_GT(split_items(p), 0) << "256 tiles on a wave of 792 leave two thirds of it idle";
+  seqs[0] = {16383, 1};  // one tile four times as long as the others
+  const Batch unequal = batch_of(32, 8, seqs);
+  p = make_plan(unequal.shape, unequal.seq_lens, unequal.qsl, 396);
+  ASSERT_TRUE(valid_plan(unequal, p, 396, 0));
+  EXPECT_GT(split_items(p), 0) << "a long tile among short ones must be split";
+}
+
 TEST(Planner, EmptyBatchHasNoItems) {
   const Batch b = batch_of(4, 2, {{10, 0}, {0, 0}});
   const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 8);
