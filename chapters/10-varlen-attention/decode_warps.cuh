@@ -44,6 +44,7 @@ __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q
   const VarlenShape& s = a.s;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   const int G = s.num_q_heads / s.num_kv_heads, BS = s.block_size;
+  const int bs_shift = 31 - __clz(BS);  // BS is a power of two: a shift, not a division
   const int* table = a.block_table + int64_t(w.seq) * s.max_blocks_per_seq;
   const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
   const int64_t head_offset = int64_t(w.kv_head) * D * BS;
@@ -63,8 +64,8 @@ __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q
       const int tok = tok0 + lane % 16;
       uint4* k_dst = reinterpret_cast<uint4*>(slot) + lane % 16;  // chunk j at + 16 j
       if (tok < w.kv_end) {
-        const C* src = a.k_pool + int64_t(table[tok / BS]) * block_elems + head_offset +
-                       int64_t(tok % BS) * x;
+        const C* src = a.k_pool + int64_t(table[tok >> bs_shift]) * block_elems + head_offset +
+                       int64_t(tok & (BS - 1)) * x;
         for (int j = lane / 16; j < kChunks; j += 2) cp_async16(k_dst + 16 * j, src + int64_t(j) * BS * x);
       } else {
         for (int j = lane / 16; j < kChunks; j += 2) k_dst[16 * j] = zero;
@@ -72,7 +73,8 @@ __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q
       const int v_tok = tok0 + lane % kParts * x;  // the piece's first token
       C* v_dst = slot + 16 * D + lane % kParts * x;  // row d at + 16 d
       if (v_tok < w.kv_end) {  // tokens past kv_end in the piece are masked by the math
-        const C* src = a.v_pool + int64_t(table[v_tok / BS]) * block_elems + head_offset + v_tok % BS;
+        const C* src = a.v_pool + int64_t(table[v_tok >> bs_shift]) * block_elems + head_offset +
+                       (v_tok & (BS - 1));
         for (int d = lane / kParts; d < D; d += 32 / kParts) cp_async16(v_dst + 16 * d, src + int64_t(d) * BS);
       } else {
         for (int d = lane / kParts; d < D; d += 32 / kParts) *reinterpret_cast<uint4*>(v_dst + 16 * d) = zero;

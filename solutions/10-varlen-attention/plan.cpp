@@ -2,6 +2,7 @@
 // batch's lengths into work items of similar cost and deals them to a fixed grid of one GPU
 // wave, so that one 32K sequence beside sixty short ones keeps every SM busy to the end.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <queue>
@@ -74,85 +75,117 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
     }
   }
 
-  Plan plan;
-  plan.grid = grid;
-  plan.chunk_tokens = chunk_tokens > 0 ? round_up(chunk_tokens, kKvTile) : 0;
-  plan.target_cost = total / grid;
-
+  const double target_cost = total / grid;
   // ANCHOR: whole_tiles
-  // Tiles of about equal cost that fill half of the wave or more stay whole, one per
-  // thread block, as chapter 9's grid is. Cut into fair shares, they would leave some blocks
-  // two items, and an item's start (a chain of dependent loads) costs more than item_cost
-  // says (NOTES.md: the chunk search, v3 under ncu).
+  // Tiles of about equal cost, no more than the wave holds, are cut into the same number of
+  // chunks, grid / tiles of them: one item per thread block, as chapter 9's grid is (one
+  // chunk each -- whole tiles -- when they fill half the wave or more). Cut into fair shares,
+  // they would leave some blocks two items, and an item's start (a chain of dependent loads)
+  // costs more than item_cost says (NOTES.md: the chunk search, v3 under ncu).
   const double whole_items = double(tiles.size()) * s.num_kv_heads;
   double longest = 0;
   for (const Tile& tile : tiles) longest = std::max(longest, item_cost(tile.kv_needed, tile.rows));
-  const bool whole = plan.chunk_tokens == 0 && whole_items <= grid && 2 * whole_items >= grid &&
+  const bool equal = chunk_tokens == 0 && whole_items <= grid &&
                      longest <= 1.25 * total / whole_items;
   // ANCHOR_END: whole_tiles
 
-  // Items: every (tile, KV head) cut into chunks. A tile of more than one chunk gets a
-  // ticket counter and kTileRows partial rows per chunk in the workspace.
-  std::vector<double> item_costs;
-  for (const Tile& tile : tiles) {
-    const int chunk = plan.chunk_tokens > 0 ? plan.chunk_tokens
-                      : whole ? round_up(std::max(tile.kv_needed, 1), kKvTile)
-                              : chunk_for(tile.rows, plan.target_cost);
-    const int splits = (tile.kv_needed + chunk - 1) / chunk;
-    for (int h = 0; h < s.num_kv_heads; ++h) {
-      const int counter = splits > 1 ? plan.num_counters++ : -1;
-      const int64_t base = plan.partial_rows;
-      if (splits > 1) plan.partial_rows += int64_t(kTileRows) * splits;
-      PA_REQUIRE(base <= INT32_MAX, "make_plan: the step needs more than 2^31 partial rows");
-      for (int p = 0; p < splits; ++p) {
-        const int begin = p * chunk, end = std::min(tile.kv_needed, (p + 1) * chunk);
-        plan.items.push_back({tile.seq, h, tile.row0, begin, end, p, splits, int(base), counter});
-        item_costs.push_back(item_cost(end - begin, tile.rows));
+  // Two ways to round a tile's fair shares to a count of chunks: up, or up only past a
+  // quarter share (a chunk of a quarter share would cost a whole item's start). The plan
+  // whose busiest thread block has the least work is kept.
+  auto cut_and_deal = [&](double slack, double& busiest) {
+    Plan plan;
+    plan.grid = grid;
+    plan.chunk_tokens = chunk_tokens > 0 ? round_up(chunk_tokens, kKvTile) : 0;
+    plan.target_cost = target_cost;
+    // Items: every (tile, KV head) cut into chunks. A tile of more than one chunk gets a
+    // ticket counter and kTileRows partial rows per chunk in the workspace.
+    std::vector<double> item_costs;
+    for (const Tile& tile : tiles) {
+      int chunk = plan.chunk_tokens;
+      if (chunk == 0) {
+        const double shares = double(tile.kv_needed) / chunk_for(tile.rows, target_cost);
+        const int cuts = equal ? std::max(1, int(grid / whole_items))
+                               : std::max(1, int(std::ceil(shares - slack)));  // even chunks
+        chunk = std::max(kMinChunk, round_up((std::max(tile.kv_needed, 1) + cuts - 1) / cuts, kKvTile));
+      }
+      const int splits = (tile.kv_needed + chunk - 1) / chunk;
+      for (int h = 0; h < s.num_kv_heads; ++h) {
+        const int counter = splits > 1 ? plan.num_counters++ : -1;
+        const int64_t base = plan.partial_rows;
+        if (splits > 1) plan.partial_rows += int64_t(kTileRows) * splits;
+        PA_REQUIRE(base <= INT32_MAX, "make_plan: the step needs more than 2^31 partial rows");
+        for (int p = 0; p < splits; ++p) {
+          const int begin = p * chunk, end = std::min(tile.kv_needed, (p + 1) * chunk);
+          plan.items.push_back({tile.seq, h, tile.row0, begin, end, p, splits, int(base), counter});
+          item_costs.push_back(item_cost(end - begin, tile.rows));
+        }
       }
     }
-  }
 
-  // ANCHOR: balance
-  // Dealing: longest item first, each to the thread block with the least work so far (LPT,
-  // within 4/3 of the best possible makespan). Ties go to the lower index: deterministic.
-  std::vector<int> order(plan.items.size());
-  std::iota(order.begin(), order.end(), 0);
-  // TODO(ch10): deal the items to the plan.grid thread blocks: sort them by cost (item_costs),
-  //   largest first, and give each in turn to the block with the least total cost so far (the
-  //   lowest index among equals). Then fill plan.items (reordered: block 0's items first, in
-  //   the order they were dealt, then block 1's, ...) and plan.cta_start [grid + 1], so that
-  //   block c runs items cta_start[c] .. cta_start[c + 1] - 1.
-  // HINT(1): A min-heap (std::priority_queue with std::greater) of (load, block) pairs gives
-  //   the least-loaded block in O(log grid). A stable sort keeps equal items in order.
-  // HINT(2): Record each item's block in a vector, then count items per block, prefix-sum the
-  //   counts into cta_start, and place the items at their block's next free position.
-  // HINT(3): std::stable_sort(order, by item_costs descending); heap of {0.0, c} for every c;
-  //   for each i in order: pop the least, owner[i] = c, push {load + item_costs[i], c}. Then
-  //   cta_start[c + 1] = cta_start[c] + count[c]; walk `order` again, appending each item to
-  //   its owner's range.
-  // BEGIN SOLUTION
-  // STUB: PA_TODO("ch10");
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return item_costs[size_t(a)] > item_costs[size_t(b)]; });
-  using Load = std::pair<double, int>;  // (cost so far, block)
-  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> blocks;
-  for (int c = 0; c < grid; ++c) blocks.push({0.0, c});
-  std::vector<int> owner(plan.items.size()), count(size_t(grid), 0);
-  for (int i : order) {
-    const auto [load, c] = blocks.top();
-    blocks.pop();
-    owner[size_t(i)] = c;
-    ++count[size_t(c)];
-    blocks.push({load + item_costs[size_t(i)], c});
+    // ANCHOR: balance
+    // Dealing: longest item first, each to the thread block with the least work so far (LPT,
+    // within 4/3 of the best possible makespan). Ties go to the lower index: deterministic.
+    std::vector<int> order(plan.items.size());
+    std::iota(order.begin(), order.end(), 0);
+    // TODO(ch10): deal the items to the plan.grid thread blocks: sort them by cost (item_costs),
+    //   largest first, and give each in turn to the block with the least total cost so far (the
+    //   lowest index among equals). Then fill plan.items (reordered: block 0's items first, in
+    //   the order they were dealt, then block 1's, ...) and plan.cta_start [grid + 1], so that
+    //   block c runs items cta_start[c] .. cta_start[c + 1] - 1.
+    // HINT(1): A min-heap (std::priority_queue with std::greater) of (load, block) pairs gives
+    //   the least-loaded block in O(log grid). A stable sort keeps equal items in order.
+    // HINT(2): Record each item's block in a vector, then count items per block, prefix-sum the
+    //   counts into cta_start, and place the items at their block's next free position.
+    // HINT(3): std::stable_sort(order, by item_costs descending); heap of {0.0, c} for every c;
+    //   for each i in order: pop the least, owner[i] = c, push {load + item_costs[i], c}. Then
+    //   cta_start[c + 1] = cta_start[c] + count[c]; walk `order` again, appending each item to
+    //   its owner's range.
+    // BEGIN SOLUTION
+    // STUB: PA_TODO("ch10");
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return item_costs[size_t(a)] > item_costs[size_t(b)]; });
+    using Load = std::pair<double, int>;  // (cost so far, block)
+    std::priority_queue<Load, std::vector<Load>, std::greater<Load>> blocks;
+    for (int c = 0; c < grid; ++c) blocks.push({0.0, c});
+    std::vector<int> owner(plan.items.size()), count(size_t(grid), 0);
+    for (int i : order) {
+      const auto [load, c] = blocks.top();
+      blocks.pop();
+      owner[size_t(i)] = c;
+      ++count[size_t(c)];
+      blocks.push({load + item_costs[size_t(i)], c});
+    }
+    plan.cta_start.assign(size_t(grid) + 1, 0);
+    for (int c = 0; c < grid; ++c) plan.cta_start[size_t(c) + 1] = plan.cta_start[size_t(c)] + count[size_t(c)];
+    std::vector<int> next(plan.cta_start.begin(), plan.cta_start.end() - 1);
+    std::vector<WorkItem> dealt(plan.items.size());
+    for (int i : order) dealt[size_t(next[size_t(owner[size_t(i)])]++)] = plan.items[size_t(i)];
+    plan.items.swap(dealt);
+    // END SOLUTION
+    // ANCHOR_END: balance
+    busiest = 0;
+    for (int c = 0; c < grid; ++c) {
+      double load = 0;
+      for (int i = plan.cta_start[size_t(c)]; i < plan.cta_start[size_t(c) + 1]; ++i) {
+        const WorkItem& w = plan.items[size_t(i)];
+        const int n = query_start_loc[size_t(w.seq) + 1] - query_start_loc[size_t(w.seq)];
+        load += item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0));
+      }
+      busiest = std::max(busiest, load);
+    }
+    return plan;
+  };
+  bool try_both = false;  // does the quarter share change any tile's count?
+  for (const Tile& tile : tiles) {
+    const double shares = double(tile.kv_needed) / chunk_for(tile.rows, target_cost);
+    try_both |= chunk_tokens == 0 && !equal && std::ceil(shares) != std::max(1.0, std::ceil(shares - 0.25));
   }
-  plan.cta_start.assign(size_t(grid) + 1, 0);
-  for (int c = 0; c < grid; ++c) plan.cta_start[size_t(c) + 1] = plan.cta_start[size_t(c)] + count[size_t(c)];
-  std::vector<int> next(plan.cta_start.begin(), plan.cta_start.end() - 1);
-  std::vector<WorkItem> dealt(plan.items.size());
-  for (int i : order) dealt[size_t(next[size_t(owner[size_t(i)])]++)] = plan.items[size_t(i)];
-  plan.items.swap(dealt);
-  // END SOLUTION
-  // ANCHOR_END: balance
+  double busiest = 0, other_busiest = 0;
+  Plan plan = cut_and_deal(0.0, busiest);
+  if (try_both) {
+    Plan other = cut_and_deal(0.25, other_busiest);
+    if (other_busiest < busiest) plan = std::move(other);
+  }
   return plan;
 }
 // ANCHOR_END: make_plan

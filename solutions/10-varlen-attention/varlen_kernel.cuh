@@ -1,10 +1,11 @@
 // Chapter 10, exercises 3 and 4 of 4: the varlen kernel. One thread block runs the work items
 // the plan dealt it, one after another. An item is a tile of query rows (64; 8 for a
 // decode) of one sequence and one KV head -- (new token, query head) pairs, row i * G + h --
-// over a chunk of that sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one row tile of the tensor
-// cores. The four warps stream the chunk's K and V together, 32 tokens per stage, through
-// a ring of shared-memory stages filled by cp.async: every byte is loaded once and serves
-// all the tile's rows -- all G query heads of the KV head, all the tile's new tokens.
+// over a chunk of that sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one
+// row tile of the tensor cores. The four warps stream the chunk's K and V together, 64
+// tokens per stage (32 at D 256), through a ring of shared-memory stages filled by cp.async:
+// every byte is loaded once and serves all the tile's rows -- all G query heads of the KV
+// head, all the tile's new tokens.
 //
 //   S = Q K^T    Q (16 rows x 16 dims) in registers is the A operand; K from shared memory
 //                the B operand (16 dims x 8 tokens).
@@ -20,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "decode_warps.cuh"       // decode items: chapter 9's warps
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
@@ -52,11 +54,10 @@ struct StageLayout {
 // ANCHOR_END: stage_layout
 
 // ANCHOR: stages
-// Stages in the ring: as many as fit in 75 KB (three thread blocks per SM), 2 to 4. A deeper
-// ring of smaller stages at two blocks per SM was slower (NOTES.md, v2).
+// Stages in the ring: as many as fit in 108 KB (two thread blocks per SM), 2 to 4.
 template <typename C, int D>
 __host__ __device__ constexpr int stages_for() {
-  constexpr int n = 75 * 1024 / StageLayout<C, D>::kBytes;
+  constexpr int n = 108 * 1024 / StageLayout<C, D>::kBytes;
   return n < 2 ? 2 : (n > 4 ? 4 : n);
 }
 // ANCHOR_END: stages
@@ -77,6 +78,18 @@ constexpr size_t smem_bytes() {
   const size_t decode = DecodeRing<C, D>::bytes(decode_slots<C, D>());
   return ring > decode ? ring : decode;
 }
+
+// 2^x in one instruction (ex2.approx; the emulator: exp2f). exp2f adds a range check.
+__device__ inline float fast_exp2(float x) {
+#if defined(PA_BACKEND_CPU)
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+constexpr int kNoRow = 0x7fffffff;  // the position of a row past the tile, for a minimum
 
 // After the loop the ring holds the four warps' states when they split a tile's tokens:
 // o [warp][16 rows][D], then m and l [warp][16 rows] (floats).
@@ -151,9 +164,29 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   auto stage_v = [&](int st) { return reinterpret_cast<C*>(smem + st * L::kBytes + L::kKBytes); };
 
   // ANCHOR: load_tile
-  // Starts the copies of KV tile `tile` (tokens kv_begin + kTokens * tile ..) into its stage,
-  // and commits one cp.async group -- also when there is nothing to copy, so that "wait
-  // until at most kStages - 2 groups are pending" always means "tile i has landed".
+  // Block sizes are powers of two: a shift and a mask find a token's block and slot (an
+  // integer division by a runtime BS is some twenty instructions).
+  const int bs_shift = 31 - __clz(BS);
+  constexpr int kKTokens = L::kTokens / 32;  // K tokens a lane copies per tile
+  constexpr int kPieces = L::kTokens / x;    // V: 16-byte pieces (x tokens of one row) per row
+  static_assert((kWarps * 32) % kPieces == 0, "a thread's V pieces share their tokens");
+  // The block-table entries of the next tile to issue, read one tile ahead so that their
+  // latency hides behind a tile of math: K's tokens lane, lane + 32 (..), V's piece's first.
+  int k_block[kKTokens], v_block;
+  auto fetch = [&](int tile) {
+    const int tok0 = w.kv_begin + tile * L::kTokens;
+#pragma unroll
+    for (int i = 0; i < kKTokens; ++i) {
+      const int tok = tok0 + lane + 32 * i;
+      k_block[i] = tile < num_tiles && tok < w.kv_end ? table[tok >> bs_shift] : 0;
+    }
+    const int tok = tok0 + threadIdx.x % kPieces * x;
+    v_block = tile < num_tiles && tok < w.kv_end ? table[tok >> bs_shift] : 0;
+  };
+  // Starts the copies of KV tile `tile` (tokens kv_begin + kTokens * tile ..; its table
+  // entries fetched) into its stage, and commits one cp.async group -- also when there is
+  // nothing to copy, so that "wait until at most kStages - 2 groups are pending" always
+  // means "tile i has landed".
   auto issue = [&](int tile) {
     if (tile < num_tiles) {
       const int tok0 = w.kv_begin + tile * L::kTokens;
@@ -162,28 +195,29 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       // 16-token halves (and mask what they must not see), and a read of shared memory that
       // nothing wrote is a bug even when its value is thrown away (checked mode says so).
       const uint4 zero{0u, 0u, 0u, 0u};
-      for (int tk = lane; tk < L::kTokens; tk += 32) {  // K: lanes take tokens, warps chunks
-        const int tok = tok0 + tk;
+#pragma unroll
+      for (int i = 0; i < kKTokens; ++i) {  // K: lanes take tokens, warps chunks
+        const int tk = lane + 32 * i, tok = tok0 + tk;
         uint4* dst = stage_k(st) + tk * L::kPitch;
         if (tok < w.kv_end) {
-          const C* src = a.k_pool + int64_t(table[tok / BS]) * block_elems + head_offset +
-                         int64_t(tok % BS) * x;
+          const C* src = a.k_pool + int64_t(k_block[i]) * block_elems + head_offset +
+                         int64_t(tok & (BS - 1)) * x;
           for (int c = warp; c < kChunks; c += kWarps) cp_async16(dst + c, src + int64_t(c) * BS * x);
         } else {
           for (int c = warp; c < kChunks; c += kWarps) dst[c] = zero;
         }
       }
-      constexpr int kPieces = L::kTokens / x;  // V: 16-byte pieces (x tokens of one row) per row
-      for (int u = threadIdx.x; u < D * kPieces; u += kWarps * 32) {
-        const int d = u / kPieces, first = u % kPieces * x;  // row d, tokens first .. first + x - 1
-        C* dst = stage_v(st) + (first / 16) * D * 16 + d * 16 + first % 16;
-        if (tok0 + first < w.kv_end) {
-          const C* src = a.v_pool + int64_t(table[(tok0 + first) / BS]) * block_elems +
-                         head_offset + int64_t(d) * BS + (tok0 + first) % BS;
-          cp_async16(dst, src);
-        } else {
-          *reinterpret_cast<uint4*>(dst) = zero;
-        }
+      // V: a thread copies the same tokens, first .. first + x - 1, of every
+      // (kWarps * 32 / kPieces)-th row.
+      const int first = threadIdx.x % kPieces * x, tok = tok0 + first;
+      C* dst = stage_v(st) + (first / 16) * D * 16 + first % 16;  // row d at + 16 d
+      if (tok < w.kv_end) {
+        const C* src = a.v_pool + int64_t(v_block) * block_elems + head_offset + (tok & (BS - 1));
+        for (int d = threadIdx.x / kPieces; d < D; d += kWarps * 32 / kPieces)
+          cp_async16(dst + d * 16, src + int64_t(d) * BS);
+      } else {
+        for (int d = threadIdx.x / kPieces; d < D; d += kWarps * 32 / kPieces)
+          *reinterpret_cast<uint4*>(dst + d * 16) = zero;
       }
     }
     cp_async_commit();
@@ -207,7 +241,11 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   if (decode) {
     decode_warps<T, C, D, decode_slots<C, D>()>(a, w, q_start, tile_rows, smem, so, sm, sl);
   } else {
-    for (int i = 0; i < kStages - 1; ++i) issue(i);  // the first tiles load while q does
+    for (int i = 0; i < kStages - 1; ++i) {  // the first tiles load while q does
+      fetch(i);
+      issue(i);
+    }
+    fetch(kStages - 1);
 
     // The queries as A fragments: qa[m][p][r] is pair p (dimensions 2p, 2p + 1) of K chunk
     // 4m + t of row g + 8r, in the tensor cores' type. Rows past the end hold zeros.
@@ -232,27 +270,38 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     }
 
     const float scale_log2 = a.scale * (a.k_scale ? *a.k_scale : 1.f) * 1.4426950408889634f;
+    // The first position any row of this warp sees (rows past the tile left out): a stage
+    // whose tokens all lie at or before it, and before the chunk's end, needs no mask.
+    int warp_first = min(pos[0] < 0 ? kNoRow : pos[0], pos[1] < 0 ? kNoRow : pos[1]);
+    for (int offset = 16; offset > 0; offset /= 2)
+      warp_first = min(warp_first, __shfl_xor_sync(kFullMask, warp_first, offset));
 
-    // The warp attends to `nh` (1 or 2) consecutive 16-token halves of a stage, from half h0.
-    auto attend = [&](const uint4* ks, const C* vs, int tok0, int h0, int nh) {
+    // The warp attends to NH consecutive 16-token halves of a stage, from half h0. kMask:
+    // some of their keys lie past the chunk's end or after a row's position, so every score
+    // is checked; a stage wholly in every row's past (most of a long prefill) skips that.
+    auto attend = [&](const uint4* ks, const C* vs, int tok0, int h0, auto nh, auto mask) {
+      constexpr int NH = decltype(nh)::value;
+      constexpr bool kMask = decltype(mask)::value;
+      // Halves h0 .. h0 + live - 1 hold a key some row may see; the rest are skipped.
       const int first = tok0 + 16 * h0;
-      if (first >= w.kv_end || first > warp_last) return;  // nothing the rows may see
+      const int live = kMask ? min(NH, (min(warp_last + 1, w.kv_end) - first + 15) / 16) : NH;
+      if (live <= 0) return;
 
       // ANCHOR: scores
       // sc[q]: scores of n-tile q, whose column n is the token 16 (h0 + q / 2) + 2 (q % 2) +
       // 4 (n / 2) + n % 2 of the stage. Lane (g, t) loads that token for n = g; its
       // accumulators then hold rows g, g + 8 at columns 2t, 2t + 1: tokens 4t + 2 (q % 2) + {0, 1}.
-      float sc[4][4];
+      float sc[2 * NH][4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+      for (int q = 0; q < 2 * NH; ++q)
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc[q][i] = 0.f;
 #pragma unroll
       for (int m = 0; m < kGroups; ++m) {
         const int j = 4 * m + t;  // this lane's K chunk: the same dimensions as qa[m]
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (q >= 2 * nh) break;
+        for (int q = 0; q < 2 * NH; ++q) {
+          if (kMask && q / 2 >= live) break;
           const int tk = 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * (g / 2) + g % 2;
           uint32_t kp[kPairs];
           if (kChunks % 4 == 0 || j < kChunks) {
@@ -273,67 +322,74 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       // ANCHOR_END: scores
 
       // ANCHOR: online_softmax
+      if (kMask) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+        for (int q = 0; q < 2 * NH; ++q)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int kpos = tok0 + 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
-          const bool in_range = q < 2 * nh;  // halves this call does not cover stay out
-          // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
-          //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
-          //   or past the item's kv_end, or after the row's own position (causal). A row with
-          //   pos -1 sees nothing. Keys of halves out of range are -INFINITY too (already done).
-          // HINT(1): Two conditions, both on kpos: inside the item's chunk of the KV, and not
-          //   in the row's future.
-          // HINT(2): Use a select (cond ? a : b), never a multiplication by 0 or 1: slots past
-          //   the end may hold NaN, and 0 * NaN is NaN.
-          // HINT(3): sc[q][i] = (in_range && kpos < w.kv_end && kpos <= pos[i / 2]) ?
-          //   sc[q][i] * scale_log2 : -INFINITY;
-          // BEGIN SOLUTION
-          // STUB: sc[q][i] = -INFINITY;
-          sc[q][i] = in_range && kpos < w.kv_end && kpos <= pos[i / 2] ? sc[q][i] * scale_log2 : -INFINITY;
-          // END SOLUTION
-        }
+          for (int i = 0; i < 4; ++i) {
+            const int kpos = first + 16 * (q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
+            // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
+            //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
+            //   or past the item's kv_end, or after the row's own position (causal). A row with
+            //   pos -1 sees nothing.
+            // HINT(1): Two conditions, both on kpos: inside the item's chunk of the KV, and not
+            //   in the row's future.
+            // HINT(2): Use a select (cond ? a : b), never a multiplication by 0 or 1: slots past
+            //   the end may hold NaN, and 0 * NaN is NaN.
+            // HINT(3): sc[q][i] = (kpos < w.kv_end && kpos <= pos[i / 2]) ? sc[q][i] * scale_log2
+            //   : -INFINITY;
+            // BEGIN SOLUTION
+            // STUB: sc[q][i] = -INFINITY;
+            sc[q][i] = kpos < w.kv_end && kpos <= pos[i / 2] ? sc[q][i] * scale_log2 : -INFINITY;
+            // END SOLUTION
+          }
+      }
+      // Unmasked scores are scaled inside the exponent, exp2(s * scale - max): one FFMA each.
+      const float f = kMask ? 1.f : scale_log2;
       float corr[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {  // a row's 4 lanes hold 8 of its 32 scores each
+      for (int r = 0; r < 2; ++r) {  // a row's 4 lanes hold 2 NH of its 16 NH scores each
         float mx = -INFINITY;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) mx = fmaxf(mx, fmaxf(sc[q][2 * r], sc[q][2 * r + 1]));
+        for (int q = 0; q < 2 * NH; ++q) mx = fmaxf(mx, fmaxf(sc[q][2 * r], sc[q][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-        const float m_new = fmaxf(m_run[r], mx);
+        const float m_new = fmaxf(m_run[r], mx * f);
         const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no NaN from -inf - -inf
-        corr[r] = exp2f(m_run[r] - base);
+        corr[r] = fast_exp2(m_run[r] - base);
         float sum = 0.f;
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
+        for (int q = 0; q < 2 * NH; ++q)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) sum += (sc[q][2 * r + e] = exp2f(sc[q][2 * r + e] - base));
+          for (int e = 0; e < 2; ++e)
+            sum += (sc[q][2 * r + e] = fast_exp2(fmaf(sc[q][2 * r + e], f, -base)));
         l_run[r] = l_run[r] * corr[r] + sum;  // this lane's share; the row's four are added at the end
         m_run[r] = m_new;
       }
+      if (__any_sync(kFullMask, corr[0] != 1.f || corr[1] != 1.f)) {  // a row's max moved
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
+        for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) o[n][i] *= corr[i / 2];
+          for (int i = 0; i < 4; ++i) o[n][i] *= corr[i / 2];
+      }
       // ANCHOR_END: online_softmax
 
       // ANCHOR: pv
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int t16 = first + 16 * h;
-        if (h >= nh || t16 >= w.kv_end || t16 > warp_last) break;  // all of P is 0 there
+      for (int h = 0; h < NH; ++h) {
+        if (kMask && h >= live) break;  // all of P is 0 there
         // P as the A operand: k-index 2t + e is token 4t + e, 2t + 8 + e is token 4t + 2 + e.
         const uint32_t af[4] = {pack2<E>(sc[2 * h][0], sc[2 * h][1]),
                                 pack2<E>(sc[2 * h][2], sc[2 * h][3]),
                                 pack2<E>(sc[2 * h + 1][0], sc[2 * h + 1][1]),
                                 pack2<E>(sc[2 * h + 1][2], sc[2 * h + 1][3])};
-        uint32_t keep[2];  // zero V past the chunk's end: P is 0 there, but 0 * NaN is NaN
+        uint32_t keep[2] = {~0u, ~0u};  // zero V past the chunk's end: P is 0 there, but 0 * NaN is NaN
+        if (kMask) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int kpos = t16 + 4 * t + 2 * e;
-          keep[e] = (kpos < w.kv_end ? 0x0000ffffu : 0u) | (kpos + 1 < w.kv_end ? 0xffff0000u : 0u);
+          for (int e = 0; e < 2; ++e) {
+            const int kpos = first + 16 * h + 4 * t + 2 * e;
+            keep[e] = (kpos < w.kv_end ? 0x0000ffffu : 0u) | (kpos + 1 < w.kv_end ? 0xffff0000u : 0u);
+          }
         }
         const C* v_half = vs + (h0 + h) * D * 16 + 4 * t;
 #pragma unroll
@@ -346,18 +402,33 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       }
       // ANCHOR_END: pv
     };
+    // Does the warp's part of a stage (NH halves from h0) need the mask?
+    auto needs_mask = [&](int tok0, int h0, int nh) {
+      const int end = tok0 + 16 * (h0 + nh);  // one past its last key
+      return end > w.kv_end || end - 1 > warp_first;
+    };
+    using Masked = std::true_type;
+    using Plain = std::false_type;
+    using OneHalf = std::integral_constant<int, 1>;
+    using AllHalves = std::integral_constant<int, L::kHalves>;
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       cp_async_wait<kStages - 2>();
       __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage
       issue(tile + kStages - 1);
+      fetch(tile + kStages);  // read now, used next round
       const int tok0 = w.kv_begin + tile * L::kTokens;
       const uint4* ks = stage_k(tile % kStages);
       const C* vs = stage_v(tile % kStages);
-      if (split_tokens) {
-        if (warp < L::kHalves) attend(ks, vs, tok0, warp, 1);
+      if (split_tokens) {  // warp w takes half w of the stage
+        if (warp < L::kHalves) {
+          if (needs_mask(tok0, warp, 1)) attend(ks, vs, tok0, warp, OneHalf{}, Masked{});
+          else attend(ks, vs, tok0, warp, OneHalf{}, Plain{});
+        }
+      } else if (needs_mask(tok0, 0, L::kHalves)) {
+        attend(ks, vs, tok0, 0, AllHalves{}, Masked{});
       } else {
-        for (int h0 = 0; h0 < L::kHalves; h0 += 2) attend(ks, vs, tok0, h0, 2);
+        attend(ks, vs, tok0, 0, AllHalves{}, Plain{});
       }
     }
     cp_async_wait<0>();
@@ -464,7 +535,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   // tile with more chunks than the ring holds weights for merges with merge_partitions itself.
   const int S = w.num_splits;
   float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
-  if (int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes) {
+  const bool in_ring = int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes;
+  if (in_ring) {
     for (int row = threadIdx.x; row < tile_rows; row += kWarps * 32) {
       const int64_t first = w.partial_base + int64_t(row) * S;
       float M = -INFINITY, total = 0.f;
@@ -475,24 +547,55 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < tile_rows * D; i += kWarps * 32) {
-    const int local = i / D, d = i % D, row = w.row0 + local;
-    const int64_t first = w.partial_base + int64_t(local) * S;
-    float value = 0.f;
-    if (int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes) {
-      for (int p = 0; p < S; ++p) value += weights[local * S + p] * a.partial_out[(first + p) * D + d];
-    } else {
-      value = ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out, first, S, D, d);
+  // A tile of more than a decode's rows: each thread sums kBatch outputs at once, so that
+  // their loads of the partials (in L2, written by other SMs) are in flight together, not one
+  // latency after another (a 64-row tile over 2 chunks: 102 -> 71 us, NOTES.md v4). Decode
+  // tiles keep one output at a time: batched, the 1 x 32768 ragged case lost 8%.
+  auto merge_outputs = [&](auto batch) {
+    constexpr int kBatch = decltype(batch)::value, kStride = kWarps * 32;
+    for (int i0 = threadIdx.x; i0 < tile_rows * D; i0 += kBatch * kStride) {
+      float value[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) value[k] = 0.f;
+      if (in_ring) {
+        for (int p = 0; p < S; ++p)
+#pragma unroll
+          for (int k = 0; k < kBatch; ++k) {
+            const int i = i0 + k * kStride, local = i / D;
+            if (i < tile_rows * D)
+              value[k] += weights[local * S + p] *
+                          a.partial_out[(w.partial_base + int64_t(local) * S + p) * D + i % D];
+          }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int i = i0 + k * kStride;
+          if (i < tile_rows * D)
+            value[k] = ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
+                                              w.partial_base + int64_t(i / D) * S, S, D, i % D);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = i0 + k * kStride, row = w.row0 + i / D;
+        if (i < tile_rows * D)
+          a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
+              from_float<T>(value[k]);
+      }
     }
-    a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + d] = from_float<T>(value);
+  };
+  if (tile_rows > kDecodeRows) {
+    merge_outputs(std::integral_constant<int, 8>{});
+  } else {
+    merge_outputs(std::integral_constant<int, 1>{});
   }
   // ANCHOR_END: write_out
 }
 
-// Fixed grid (the plan's); thread block c runs its items in order. Up to D = 128, at most
-// 168 registers a thread, so that three thread blocks fit on an SM (NOTES.md).
+// Fixed grid (the plan's); thread block c runs its items in order. Two thread blocks per SM,
+// up to 255 registers a thread: a prefill tile keeps its loads in flight (NOTES.md, v4).
 template <typename T, typename C, int D, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, D <= 128 ? 3 : 1) varlen_kernel(VarlenArgs<T, C> a) {
+__global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   const int end = a.cta_start[blockIdx.x + 1];
   for (int i = a.cta_start[blockIdx.x]; i < end; ++i) {
