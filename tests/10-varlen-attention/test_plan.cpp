@@ -291,6 +291,35 @@ TEST(Planner, KeepsEqualTilesWholeWhenTheyFillHalfTheWave) {
   EXPECT_GT(split_items(p), 0) << "a long tile among short ones must be split";
 }
 
+TEST(Planner, CutsFewEqualTilesToFillTheWave) {
+  // 8 sequences of 32K: 64 equal tiles for a wave of 264. Cut in fair shares rounded up they
+  // made 5 chunks each (320 items: 56 blocks ran two); even cuts of grid / tiles make 4.
+  const Batch b = batch_of(32, 8, std::vector<std::pair<int, int>>(8, {32767, 1}));
+  const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 264);
+  ASSERT_TRUE(valid_plan(b, p, 264, 0));
+  EXPECT_EQ(p.items.size(), 256u) << "64 equal tiles on 264 blocks: 4 even chunks each";
+  for (int c = 0; c < p.grid; ++c)
+    EXPECT_LE(p.cta_start[size_t(c) + 1] - p.cta_start[size_t(c)], 1) << "block " << c << " runs two items";
+}
+
+TEST(Planner, RoundsFairSharesToTheLessBusyPlan) {
+  // 16 x 16K among 16 short decodes: a long tile is 2.06 fair shares. Rounded up, 3 chunks
+  // each (384 long items for 264 blocks); rounded down past a quarter share, 2 (256 items,
+  // one per block).
+  std::vector<std::pair<int, int>> seqs(16, {16383, 1});
+  for (int i = 0; i < 16; ++i) seqs.push_back({127, 1});
+  const Batch b = batch_of(32, 8, seqs);
+  const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 264);
+  ASSERT_TRUE(valid_plan(b, p, 264, 0));
+  for (const WorkItem& w : p.items)
+    if (w.seq < 16) EXPECT_EQ(w.num_splits, 2) << item_text(w);
+  const std::vector<double> cost = cta_costs(b, p);
+  const double total = std::accumulate(cost.begin(), cost.end(), 0.0);
+  const double worst = *std::max_element(cost.begin(), cost.end());
+  EXPECT_LE(worst, 1.1 * total / p.grid) << "the busiest block has " << worst << " of a fair share "
+                                         << total / p.grid;
+}
+
 TEST(Planner, EmptyBatchHasNoItems) {
   const Batch b = batch_of(4, 2, {{10, 0}, {0, 0}});
   const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 8);
