@@ -29,6 +29,21 @@ struct Tile {
 
 int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
+// The work, by item_cost, of the plan's busiest thread block.
+double busiest_block(const Plan& plan, const std::vector<int>& query_start_loc, int G) {
+  double busiest = 0;
+  for (int c = 0; c < plan.grid; ++c) {
+    double load = 0;
+    for (int i = plan.cta_start[size_t(c)]; i < plan.cta_start[size_t(c) + 1]; ++i) {
+      const WorkItem& w = plan.items[size_t(i)];
+      const int n = query_start_loc[size_t(w.seq) + 1] - query_start_loc[size_t(w.seq)];
+      load += item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0));
+    }
+    busiest = std::max(busiest, load);
+  }
+  return busiest;
+}
+
 }  // namespace
 
 // ANCHOR: chunking
@@ -89,25 +104,29 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
                      longest <= 1.25 * total / whole_items;
   // ANCHOR_END: whole_tiles
 
-  // Two ways to round a tile's fair shares to a count of chunks: up, or up only past a
-  // quarter share (a chunk of a quarter share would cost a whole item's start). The plan
-  // whose busiest thread block has the least work is kept.
-  auto cut_and_deal = [&](double slack, double& busiest) {
+  // Chunks per tile. Equal tiles get grid / tiles each; the others their fair shares rounded
+  // up, or up only past a quarter share (a chunk of a quarter share would cost a whole
+  // item's start). Where the two roundings differ both are dealt, and the plan whose busiest
+  // thread block has less work is kept.
+  std::vector<int> cuts_up(tiles.size(), 1), cuts_near(tiles.size(), 1);
+  for (size_t i = 0; i < tiles.size() && chunk_tokens == 0; ++i) {
+    const double shares = double(tiles[i].kv_needed) / chunk_for(tiles[i].rows, target_cost);
+    cuts_up[i] = equal ? std::max(1, int(grid / whole_items)) : std::max(1, int(std::ceil(shares)));
+    cuts_near[i] = equal ? cuts_up[i] : std::max(1, int(std::ceil(shares - 0.25)));
+  }
+
+  auto cut_and_deal = [&](const std::vector<int>& cuts) {
     Plan plan;
     plan.grid = grid;
     plan.chunk_tokens = chunk_tokens > 0 ? round_up(chunk_tokens, kKvTile) : 0;
     plan.target_cost = target_cost;
-    // Items: every (tile, KV head) cut into chunks. A tile of more than one chunk gets a
-    // ticket counter and kTileRows partial rows per chunk in the workspace.
+    // Items: every (tile, KV head) cut into chunks (even ones, unless forced). A tile of more
+    // than one chunk gets a ticket counter and kTileRows partial rows per chunk in the workspace.
     std::vector<double> item_costs;
-    for (const Tile& tile : tiles) {
-      int chunk = plan.chunk_tokens;
-      if (chunk == 0) {
-        const double shares = double(tile.kv_needed) / chunk_for(tile.rows, target_cost);
-        const int cuts = equal ? std::max(1, int(grid / whole_items))
-                               : std::max(1, int(std::ceil(shares - slack)));  // even chunks
-        chunk = std::max(kMinChunk, round_up((std::max(tile.kv_needed, 1) + cuts - 1) / cuts, kKvTile));
-      }
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const Tile& tile = tiles[t];
+      const int even = round_up((std::max(tile.kv_needed, 1) + cuts[t] - 1) / cuts[t], kKvTile);
+      const int chunk = plan.chunk_tokens > 0 ? plan.chunk_tokens : std::max(kMinChunk, even);
       const int splits = (tile.kv_needed + chunk - 1) / chunk;
       for (int h = 0; h < s.num_kv_heads; ++h) {
         const int counter = splits > 1 ? plan.num_counters++ : -1;
@@ -163,28 +182,13 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
     plan.items.swap(dealt);
     // END SOLUTION
     // ANCHOR_END: balance
-    busiest = 0;
-    for (int c = 0; c < grid; ++c) {
-      double load = 0;
-      for (int i = plan.cta_start[size_t(c)]; i < plan.cta_start[size_t(c) + 1]; ++i) {
-        const WorkItem& w = plan.items[size_t(i)];
-        const int n = query_start_loc[size_t(w.seq) + 1] - query_start_loc[size_t(w.seq)];
-        load += item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0));
-      }
-      busiest = std::max(busiest, load);
-    }
     return plan;
   };
-  bool try_both = false;  // does the quarter share change any tile's count?
-  for (const Tile& tile : tiles) {
-    const double shares = double(tile.kv_needed) / chunk_for(tile.rows, target_cost);
-    try_both |= chunk_tokens == 0 && !equal && std::ceil(shares) != std::max(1.0, std::ceil(shares - 0.25));
-  }
-  double busiest = 0, other_busiest = 0;
-  Plan plan = cut_and_deal(0.0, busiest);
-  if (try_both) {
-    Plan other = cut_and_deal(0.25, other_busiest);
-    if (other_busiest < busiest) plan = std::move(other);
+  Plan plan = cut_and_deal(cuts_up);
+  if (cuts_near != cuts_up) {
+    Plan other = cut_and_deal(cuts_near);
+    if (busiest_block(other, query_start_loc, G) < busiest_block(plan, query_start_loc, G))
+      plan = std::move(other);
   }
   return plan;
 }
