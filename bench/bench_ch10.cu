@@ -19,6 +19,9 @@
 // (keys each query row attends, summed over rows). plan() is timed on the host apart (it
 // runs once per engine step, not once per layer).
 //
+// A short step (under 64 MB) also prints the streaming read kernel's time over the same
+// bytes, alone in a launch: the floor a kernel that reads that little can reach.
+//
 // Before timing, each chapter-10 result is checked: on decode cases against chapter 9's
 // output, on the others against a float reference on the host for sample rows (first,
 // middle and last new token of the first, the last and the longest sequence). A mismatch
@@ -442,6 +445,9 @@ int main(int argc, char** argv) {
             fail("MISMATCH: ch10 varlen " + c.name + " disagrees with " + against + " (error " +
                  std::to_string(err) + ")");
           add("ch10 varlen", pa::bench::median_ms_queued(run10));
+          if (bytes < 64e6)  // a short step: what one launch that reads this much costs
+            std::printf("  the read kernel over the same %.1f MB: %.1f us\n", bytes / 1e6,
+                        pa::bench::read_floor_us(size_t(bytes)));
           if (c.all_decode())
             add("ch09 tensor_core", pa::bench::median_ms_queued([&](int i) {
                   const int cp = i % copies;

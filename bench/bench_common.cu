@@ -190,6 +190,23 @@ Ceilings measure_ceilings(size_t bytes) {
   return Ceilings{double(bytes) / (read_ms * 1e-3) / 1e12, 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e12};
 }
 
+double read_floor_us(size_t bytes) {
+  const size_t n = (bytes + 15) / 16, copies = size_t(rotation_count(bytes));
+  uint4 *a = nullptr, *sink = nullptr;
+  PA_CUDA_CHECK(cudaMalloc(&a, copies * n * 16));
+  PA_CUDA_CHECK(cudaMalloc(&sink, 16));
+  PA_CUDA_CHECK(cudaMemset(a, 0x3c, copies * n * 16));
+  int sms = 0;
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const double ms = median_ms_queued([&](int i) {
+    launch(read_kernel, dim3(sms * 8), dim3(512), 0, nullptr,
+           static_cast<const uint4*>(a + size_t(i) % copies * n), n, sink);
+  });
+  cudaFree(a);
+  cudaFree(sink);
+  return ms * 1e3;
+}
+
 void report(const std::vector<Row>& rows, const Ceilings& c, const std::string& device,
             const std::string& csv_path, const std::string& md_path) {
   char line[512];

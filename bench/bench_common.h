@@ -74,6 +74,10 @@ struct Ceilings {
 };
 Ceilings measure_ceilings(size_t bytes = size_t(2) << 30);
 
+// Microseconds the streaming read kernel takes over `bytes` alone (copies rotated past the
+// L2 cache, queued like a case): the floor of a launch that reads that little.
+double read_floor_us(size_t bytes);
+
 // Fills a device buffer of n 16-bit values with N(0,1)-like fp16 or bf16 values (never
 // zeros: timing on zeros flatters some kernels).
 void fill_random_half(void* ptr, size_t n, uint32_t seed, bool bf16);

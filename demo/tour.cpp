@@ -391,8 +391,8 @@ void print_plan(const pa::ch10::Plan& plan, int group, const std::vector<int>& q
               plan.grid, chunks, plan.items.size(), plan.num_counters,
               plan.num_counters == 1 ? "" : "s", (long long)plan.partial_rows);
   if (!items) return;
-  std::printf("  | thread block | seq | kv head | new tokens | KV positions | split  |\n");
-  std::printf("  |-------------:|----:|--------:|------------|--------------|-------:|\n");
+  std::printf("  | thread block | seq | kv head | new tokens | KV positions | split  | run by |\n");
+  std::printf("  |-------------:|----:|--------:|------------|--------------|-------:|--------|\n");
   for (int c = 0; c < plan.grid; ++c)
     for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i) {
       const pa::ch10::WorkItem& w = plan.items[i];
@@ -401,9 +401,11 @@ void print_plan(const pa::ch10::Plan& plan, int group, const std::vector<int>& q
       std::snprintf(tokens, sizeof tokens, "%d..%d", w.row0 / group, (w.row0 + rows - 1) / group);
       std::snprintf(kv, sizeof kv, "%d..%d", w.kv_begin, w.kv_end - 1);
       std::snprintf(split, sizeof split, "%d of %d", w.split + 1, w.num_splits);
-      std::printf("  | %12d | %3d | %7d | %-10s | %-12s | %6s |\n", c, w.seq, w.kv_head, tokens, kv,
-                  split);
+      std::printf("  | %12d | %3d | %7d | %-10s | %-12s | %6s | %-6s |\n", c, w.seq, w.kv_head, tokens,
+                  kv, split, w.by_warp ? "a warp" : "block");
     }
+  std::printf("  (a warp: a decode of at most %d tokens, run whole by one of the block's four warps)\n",
+              pa::ch10::kWarpItemTokens);
 }
 
 // Chapter 10: one launch for a mixed batch. Three decodes, a speculative-decoding
@@ -516,9 +518,9 @@ void chapter10_varlen(bool on_gpu) {
   // The planner alone (a host function): the book's worked example, one long decode among
   // short ones, on this GPU's wave or (on the emulator) on an H100's: 132 SMs x
   // kH100BlocksPerSm resident thread blocks of the fp16, D = 128 kernel (measured: the
-  // benchmark's plans show 396 thread blocks).
+  // benchmark's plans show 264 thread blocks).
   {
-    constexpr int kH100BlocksPerSm = 3;
+    constexpr int kH100BlocksPerSm = 2;
     const int grid = on_gpu ? pa::ch10::wave_size(pa::DType::fp16,
                                                   pa::ch10::CacheType::model_dtype, 128)
                             : 132 * kH100BlocksPerSm;
@@ -534,7 +536,7 @@ void chapter10_varlen(bool on_gpu) {
     for (int c = 0; c < grid; ++c)
       for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i) {
         const pa::ch10::WorkItem& w = plan.items[i];
-        const double cost = pa::ch10::item_cost(w.kv_end - w.kv_begin, group);
+        const double cost = pa::ch10::item_cost(w.kv_end - w.kv_begin, group, w.by_warp);
         load[c] += cost;
         total += cost;
         if (w.seq == 0) ++long_items;

@@ -16,8 +16,11 @@ namespace pa::ch10 {
 // ANCHOR: item_cost
 // Streaming a KV token costs the same for any number of rows (decode is bound by memory);
 // the tensor-core work grows with the rows once the tile has more than one warp's worth.
-// The fixed part is the item's start: loading its queries, filling the pipeline.
-double item_cost(int kv_tokens, int rows) { return kv_tokens * (1.0 + rows / 32.0) + 64.0; }
+// The fixed part is the item's start: loading its queries, filling the pipeline. A warp
+// item's start costs a quarter of that: a block's four warps start theirs side by side.
+double item_cost(int kv_tokens, int rows, bool by_warp) {
+  return kv_tokens * (1.0 + rows / 32.0) + (by_warp ? 16.0 : 64.0);
+}
 // ANCHOR_END: item_cost
 
 namespace {
@@ -26,6 +29,7 @@ constexpr int kMinChunk = 256;  // tokens: a shorter chunk costs more in its fix
 
 struct Tile {
   int seq, row0, rows, kv_needed;
+  bool by_warp;  // a warp item: whole, run by one warp
 };
 
 int round_up(int n, int m) { return (n + m - 1) / m * m; }
@@ -38,7 +42,7 @@ double busiest_block(const Plan& plan, const std::vector<int>& query_start_loc, 
     for (int i = plan.cta_start[size_t(c)]; i < plan.cta_start[size_t(c) + 1]; ++i) {
       const WorkItem& w = plan.items[size_t(i)];
       const int n = query_start_loc[size_t(w.seq) + 1] - query_start_loc[size_t(w.seq)];
-      load += item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0));
+      load += item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0), w.by_warp);
     }
     busiest = std::max(busiest, load);
   }
@@ -68,6 +72,10 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
 
   // Row tiles: each sequence's n_b * G rows, 64 at a time (8 for a decode). A tile's last row
   // decides how much of the KV it needs (causal: earlier rows need less, and mask the rest).
+  // ANCHOR: warp_items
+  // A decode tile of at most kWarpItemTokens is a warp item: one warp runs it whole. On the
+  // whole block each warp would get two 16-token slots or fewer, and the item's start and the
+  // merge of the four warps would cost more than its KV (NOTES.md, v5).
   std::vector<Tile> tiles;
   double total = 0;
   for (int b = 0; b < s.num_seqs; ++b) {
@@ -76,23 +84,30 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
       const int rows = tile_rows(n, G, row0);
       const int last_token = (row0 + rows - 1) / G;
       const int kv_needed = seq_lens[size_t(b)] - n + last_token + 1;
-      tiles.push_back({b, row0, rows, kv_needed});
-      total += item_cost(kv_needed, rows) * s.num_kv_heads;
+      const bool by_warp = chunk_tokens == 0 && n == 1 && kv_needed <= kWarpItemTokens;
+      tiles.push_back({b, row0, rows, kv_needed, by_warp});
+      total += item_cost(kv_needed, rows, by_warp) * s.num_kv_heads;
     }
   }
-
+  // ANCHOR_END: warp_items
   const double target_cost = total / grid;
+
   // ANCHOR: whole_tiles
   // Tiles of about equal cost, no more than the wave holds, are cut into the same number of
   // chunks, grid / tiles of them: one item per thread block, as chapter 9's grid is (one
   // chunk each -- whole tiles -- when they fill half the wave or more). Cut into fair shares,
   // they would leave some blocks two items, and an item's start (a chain of dependent loads)
-  // costs more than item_cost says (NOTES.md: the chunk search, v3 under ncu).
-  const double whole_items = double(tiles.size()) * s.num_kv_heads;
-  double longest = 0;
-  for (const Tile& tile : tiles) longest = std::max(longest, item_cost(tile.kv_needed, tile.rows));
-  const bool equal = chunk_tokens == 0 && whole_items <= grid &&
-                     longest <= 1.25 * total / whole_items;
+  // costs more than item_cost says (NOTES.md: the chunk search, v3 under ncu). Warp items
+  // are whole and left out of the comparison.
+  double whole_items = 0, block_total = 0, longest = 0;
+  for (const Tile& tile : tiles)
+    if (!tile.by_warp) {
+      whole_items += s.num_kv_heads;
+      block_total += item_cost(tile.kv_needed, tile.rows) * s.num_kv_heads;
+      longest = std::max(longest, item_cost(tile.kv_needed, tile.rows));
+    }
+  const bool equal = chunk_tokens == 0 && whole_items > 0 && whole_items <= grid &&
+                     longest <= 1.25 * block_total / whole_items;
   // ANCHOR_END: whole_tiles
 
   // Chunks per tile. Equal tiles get grid / tiles each; the others their fair shares rounded
@@ -101,6 +116,7 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
   // thread block has less work is kept.
   std::vector<int> cuts_up(tiles.size(), 1), cuts_near(tiles.size(), 1);
   for (size_t i = 0; i < tiles.size() && chunk_tokens == 0; ++i) {
+    if (tiles[i].by_warp) continue;
     const double shares = double(tiles[i].kv_needed) / chunk_for(tiles[i].rows, target_cost);
     cuts_up[i] = equal ? std::max(1, int(grid / whole_items)) : std::max(1, int(std::ceil(shares)));
     cuts_near[i] = equal ? cuts_up[i] : std::max(1, int(std::ceil(shares - 0.25)));
@@ -126,8 +142,9 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
         PA_REQUIRE(base <= INT32_MAX, "make_plan: the step needs more than 2^31 partial rows");
         for (int p = 0; p < splits; ++p) {
           const int begin = p * chunk, end = std::min(tile.kv_needed, (p + 1) * chunk);
-          plan.items.push_back({tile.seq, h, tile.row0, begin, end, p, splits, int(base), counter});
-          item_costs.push_back(item_cost(end - begin, tile.rows));
+          plan.items.push_back({tile.seq, h, tile.row0, begin, end, p, splits, int(base), counter,
+                                int(tile.by_warp)});
+          item_costs.push_back(item_cost(end - begin, tile.rows, tile.by_warp));
         }
       }
     }
@@ -144,6 +161,11 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
     //   block c runs items cta_start[c] .. cta_start[c + 1] - 1.
     PA_TODO("ch10");
     // ANCHOR_END: balance
+    // Each block runs its warp items first, then its own (the kernel's order).
+    for (int c = 0; c < grid; ++c)
+      std::stable_partition(plan.items.begin() + plan.cta_start[size_t(c)],
+                            plan.items.begin() + plan.cta_start[size_t(c) + 1],
+                            [](const WorkItem& w) { return w.by_warp != 0; });
     return plan;
   };
   Plan plan = cut_and_deal(cuts_up);

@@ -9,7 +9,6 @@ namespace pa::ch10 {
 using ch09::CacheElem;
 using ch09::MmaType;
 
-constexpr int kWarps = kTileRows / 16;  // one 16-row tensor-core tile per warp
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Everything a launch passes to the kernel. C is the cache element: T, or uint8_t (e4m3).
@@ -19,8 +18,8 @@ struct VarlenArgs {
   const T* q;
   const C *k_pool, *v_pool;
   const int *block_table, *seq_lens, *query_start_loc;
-  const WorkItem* items;
-  const int* cta_start;
+  const WorkItem* items;  // item k of thread block c at [k * gridDim.x + c]
+  int rounds;             // the most items of any thread block
   float *max_logits, *exp_sums, *partial_out;  // split tiles' partial results
   int* counters;                               // split tiles' tickets (left at zero)
   const float *k_scale, *v_scale;              // e4m3 only (device pointers); nullptr means 1

@@ -17,7 +17,8 @@
 // A tile of at most 16 rows (a short verification) has the warps share its rows and split
 // each stage's tokens. A decode item (one new token, at most 8 query heads) takes chapter
 // 9's warps instead (decode_warps.cuh): each warp streams its own slots, with K Q^T on the
-// tensor cores. All three end in the same merge and the same writes.
+// tensor cores. All three end in the same merge and the same writes. A short decode tile can
+// also be a warp item: one warp runs it alone, beside three others (decode_warps.cuh).
 #pragma once
 
 #include <cmath>
@@ -74,7 +75,7 @@ __host__ __device__ constexpr int decode_slots() {
 #endif
 }
 template <typename C, int D>
-constexpr size_t smem_bytes() {
+__host__ __device__ constexpr size_t smem_bytes() {
   const size_t ring = size_t(stages_for<C, D>()) * StageLayout<C, D>::kBytes;
   const size_t decode = DecodeRing<C, D>::bytes(decode_slots<C, D>());
   return ring > decode ? ring : decode;
@@ -573,16 +574,34 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   // ANCHOR_END: write_out
 }
 
-// Fixed grid (the plan's); thread block c runs its items in order. Two thread blocks per SM,
-// up to 255 registers a thread: a prefill tile keeps its loads in flight (NOTES.md, v4).
+// ANCHOR: kernel
+// Fixed grid (the plan's). Thread block c runs its items, item k at items[k * grid + c]: its
+// warp items first, warp w taking items w, w + 4, w + 8, ...; then its own, in order.
+// Two thread blocks per SM, up to 255 registers a thread: a prefill tile keeps its loads in
+// flight (NOTES.md, v4).
 template <typename T, typename C, int D, int kStages>
 __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
-  const int end = a.cta_start[blockIdx.x + 1];
-  for (int i = a.cta_start[blockIdx.x]; i < end; ++i) {
-    const WorkItem w = a.items[i];
+  const int warp = threadIdx.x / 32;
+  auto item = [&](int k) { return a.items[int64_t(k) * gridDim.x + blockIdx.x]; };
+  int k = warp, ran = 0;
+  for (; k < a.rounds; k += kWarps, ++ran) {
+    const WorkItem w = item(k);
+    if (!w.by_warp) break;
+    warp_item<T, C, D, decode_slots<C, D>()>(a, w, smem);
+  }
+  // The block's own items follow its warp items: as many as the four warps ran.
+  int* ran_by = reinterpret_cast<int*>(smem + smem_bytes<C, D>());  // past the rings
+  if (threadIdx.x % 32 == 0) ran_by[warp] = ran;
+  __syncthreads();
+  int first = 0;
+  for (int v = 0; v < kWarps; ++v) first += ran_by[v];
+  for (k = first; k < a.rounds; ++k) {
+    const WorkItem w = item(k);
+    if (w.seq < 0) break;  // an empty place: the block is done
     attend_item<T, C, D, kStages>(a, w, smem);
   }
 }
+// ANCHOR_END: kernel
 
 }  // namespace pa::ch10

@@ -67,8 +67,10 @@ void check_metadata(const VarlenShape& s, const std::vector<int>& block_table,
 // K/V byte loaded serves all of them. A tile is kTileRows consecutive rows, or kDecodeRows
 // for a sequence with one new token (a decode: chapter 9's K Q^T has 8 columns).
 inline constexpr int kTileRows = 64;   // 4 warps x 16 rows (one mma.sync row tile each)
+inline constexpr int kWarps = kTileRows / 16;  // warps of a thread block
 inline constexpr int kDecodeRows = 8;  // a decode tile: G <= 8 heads in one, more in several
 inline constexpr int kKvTile = 64;     // tokens of K/V per pipeline stage (at most); chunks are multiples
+inline constexpr int kWarpItemTokens = 2 * 16 * kWarps;  // a decode tile this short: a warp item
 
 // The tiles of a sequence with n_new new tokens start every tile_size(n_new) rows; the one at
 // row0 has tile_rows(n_new, G, row0) rows.
@@ -88,12 +90,15 @@ struct WorkItem {
   int num_splits;    // 1: the item writes out itself; more: partials, merged by the last
   int partial_base;  // split tiles: where the tile's partial results start in the workspace
   int counter;       // split tiles: the tile's ticket counter; -1 otherwise
+  int by_warp;       // 1: a warp item -- a whole decode tile of at most kWarpItemTokens that
+                     //   one warp runs alone, beside three others; a block runs these first
 };
 // ANCHOR_END: work_item
 
 // ANCHOR: plan
 // What plan() computes on the host: every work item, dealt to `grid` thread blocks. Thread
-// block c runs items[cta_start[c]] .. items[cta_start[c + 1] - 1] in order.
+// block c runs items[cta_start[c]] .. items[cta_start[c + 1] - 1]: its warp items first,
+// then its own in order. (On the device the items are laid out by rounds: see plan().)
 // A tile's KV [0, kv_needed) is cut into chunks [p * chunk, (p + 1) * chunk) of one size per
 // tile (a multiple of kKvTile), the last one shorter; kv_needed = seq_len - n_b + (the
 // tile's last new token) + 1.
@@ -116,8 +121,9 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
                const std::vector<int>& query_start_loc, int grid, int chunk_tokens = 0);
 
 // The cost the planner balances, in "KV tokens of a decode row tile": a tile of `rows`
-// valid query rows over `kv_tokens` tokens (tests and the book use it).
-double item_cost(int kv_tokens, int rows);
+// valid query rows over `kv_tokens` tokens, run by the thread block or by one warp (a warp
+// item; tests and the book use it).
+double item_cost(int kv_tokens, int rows, bool by_warp = false);
 // ANCHOR_END: plan
 
 // ANCHOR: runner
@@ -129,7 +135,9 @@ class VarlenAttention {
  public:
   // The plan for this batch, for queries of `dtype` (fp16 or bf16) and this cache.
   // chunk_tokens as in make_plan; grid = 0 takes one wave of the GPU for the kernel that
-  // will run (its resident thread blocks per SM x the SM count).
+  // will run (its resident thread blocks per SM x the SM count). On the device, item k of
+  // thread block c sits at [k * grid + c] (a block's first item costs one load, not two);
+  // rounds = the most items of any block, and a block with fewer has empty places (seq -1).
   void plan(const VarlenShape& s, DType dtype, CacheType cache, const std::vector<int>& seq_lens,
             const std::vector<int>& query_start_loc, int chunk_tokens = 0, int grid = 0,
             cudaStream_t stream = nullptr);
@@ -164,7 +172,9 @@ class VarlenAttention {
   CacheType cache_ = CacheType::model_dtype;
   bool planned_ = false;
   DeviceBuffer<WorkItem> items_;
-  DeviceBuffer<int> cta_start_, counters_;
+  std::vector<WorkItem> by_rounds_;  // the items in the device's layout
+  int rounds_ = 0;
+  DeviceBuffer<int> counters_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 // ANCHOR_END: runner

@@ -48,7 +48,8 @@ std::string item_text(const WorkItem& w) {
   std::ostringstream os;
   os << "{seq " << w.seq << ", kv_head " << w.kv_head << ", row0 " << w.row0 << ", kv ["
      << w.kv_begin << ", " << w.kv_end << "), split " << w.split << "/" << w.num_splits
-     << ", partial_base " << w.partial_base << ", counter " << w.counter << "}";
+     << ", partial_base " << w.partial_base << ", counter " << w.counter
+     << (w.by_warp ? ", by_warp" : "") << "}";
   return os.str();
 }
 
@@ -65,9 +66,15 @@ using pa::ch10::tile_size;
       p.cta_start.back() != int(p.items.size()))
     return fail("cta_start must have grid + 1 entries, start at 0 and end at items.size() = " +
                 std::to_string(p.items.size()));
-  for (int c = 0; c < grid; ++c)
+  for (int c = 0; c < grid; ++c) {
     if (p.cta_start[size_t(c)] > p.cta_start[size_t(c) + 1])
       return fail("cta_start decreases at thread block " + std::to_string(c));
+    // The kernel runs a block's warp items, then its own: no warp item after one of its own.
+    for (int i = p.cta_start[size_t(c)] + 1; i < p.cta_start[size_t(c) + 1]; ++i)
+      if (!p.items[size_t(i) - 1].by_warp && p.items[size_t(i)].by_warp)
+        return fail("thread block " + std::to_string(c) + " has a warp item after an item of its "
+                    "own (the kernel would run it on the whole block): " + item_text(p.items[size_t(i)]));
+  }
   if (forced_chunk && p.chunk_tokens != (forced_chunk + kKvTile - 1) / kKvTile * kKvTile)
     return fail("forced chunk_tokens " + std::to_string(forced_chunk) + " became " +
                 std::to_string(p.chunk_tokens) + ", want it rounded up to a multiple of " +
@@ -122,6 +129,9 @@ using pa::ch10::tile_size;
           } else if (w.counter != -1) {
             return fail("an unsplit tile has counter -1" + item);
           }
+          if (w.by_warp && (n != 1 || splits != 1))
+            return fail("a warp item is a whole decode tile (one new token, one chunk)" + item);
+          if (w.by_warp != items[0].by_warp) return fail("a tile is run by warps or by blocks, not both" + item);
         }
         if (items.back().kv_end != kv_needed)
           return fail("the chunks of the tile at " + where + " end at " +
@@ -162,7 +172,7 @@ std::vector<double> cta_costs(const Batch& b, const Plan& p) {
     for (int i = p.cta_start[size_t(c)]; i < p.cta_start[size_t(c) + 1]; ++i) {
       const WorkItem& w = p.items[size_t(i)];
       const int n = b.qsl[size_t(w.seq) + 1] - b.qsl[size_t(w.seq)];
-      cost[size_t(c)] += pa::ch10::item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0));
+      cost[size_t(c)] += pa::ch10::item_cost(w.kv_end - w.kv_begin, tile_rows(n, G, w.row0), w.by_warp);
     }
   return cost;
 }
@@ -318,6 +328,48 @@ TEST(Planner, RoundsFairSharesToTheLessBusyPlan) {
   const double worst = *std::max_element(cost.begin(), cost.end());
   EXPECT_LE(worst, 1.1 * total / p.grid) << "the busiest block has " << worst << " of a fair share "
                                          << total / p.grid;
+}
+
+int warp_items(const Plan& p) {
+  return int(std::count_if(p.items.begin(), p.items.end(), [](const WorkItem& w) { return w.by_warp; }));
+}
+
+// Decode tiles of at most kWarpItemTokens (128) run on one warp each, four side by side per
+// thread block; longer ones, and tiles of more than one new token, on the whole block.
+TEST(Planner, RunsShortDecodeTilesOnWarps) {
+  // 64 x 32 tokens (the short standard shape): 512 tiles of 32 tokens on 264 blocks, all
+  // warp items, no block with more than two of them.
+  const Batch shorts = batch_of(32, 8, std::vector<std::pair<int, int>>(64, {31, 1}));
+  Plan p = make_plan(shorts.shape, shorts.seq_lens, shorts.qsl, 264);
+  ASSERT_TRUE(valid_plan(shorts, p, 264, 0));
+  EXPECT_EQ(warp_items(p), 512) << "32-token decode tiles are run by the thread block";
+  for (int c = 0; c < p.grid; ++c)
+    EXPECT_LE(p.cta_start[size_t(c) + 1] - p.cta_start[size_t(c)], 2) << "block " << c;
+  // 32 x 4096 (a long standard shape): whole tiles, one per block, on the whole block.
+  const Batch longs = batch_of(32, 8, std::vector<std::pair<int, int>>(32, {4095, 1}));
+  p = make_plan(longs.shape, longs.seq_lens, longs.qsl, 264);
+  ASSERT_TRUE(valid_plan(longs, p, 264, 0));
+  EXPECT_EQ(warp_items(p), 0) << "4096-token tiles that fill the wave were given to one warp";
+  // 16 x 16K beside 16 x 128: the long tiles split over blocks, the short ones on warps.
+  std::vector<std::pair<int, int>> seqs(16, {16383, 1});
+  for (int i = 0; i < 16; ++i) seqs.push_back({127, 1});
+  const Batch ragged = batch_of(32, 8, seqs);
+  p = make_plan(ragged.shape, ragged.seq_lens, ragged.qsl, 264);
+  ASSERT_TRUE(valid_plan(ragged, p, 264, 0));
+  for (const WorkItem& w : p.items) EXPECT_EQ(w.by_warp, w.seq >= 16) << item_text(w);
+  // 129 tokens: on the whole block.
+  const Batch past = batch_of(32, 8, std::vector<std::pair<int, int>>(64, {128, 1}));
+  p = make_plan(past.shape, past.seq_lens, past.qsl, 264);
+  ASSERT_TRUE(valid_plan(past, p, 264, 0));
+  EXPECT_EQ(warp_items(p), 0) << "decode tiles over kWarpItemTokens were given to one warp";
+  // Verifications (4 new tokens) and forced chunks never make warp items.
+  const Batch spec = batch_of(32, 8, std::vector<std::pair<int, int>>(8, {28, 4}));
+  p = make_plan(spec.shape, spec.seq_lens, spec.qsl, 264);
+  ASSERT_TRUE(valid_plan(spec, p, 264, 0));
+  EXPECT_EQ(warp_items(p), 0);
+  p = make_plan(shorts.shape, shorts.seq_lens, shorts.qsl, 264, 64);
+  ASSERT_TRUE(valid_plan(shorts, p, 264, 64));
+  EXPECT_EQ(warp_items(p), 0) << "a forced chunk size gave warp items";
 }
 
 TEST(Planner, EmptyBatchHasNoItems) {

@@ -20,11 +20,15 @@ using pa::test::VarlenCase;
 // What the plan looked like, for failure messages.
 std::string plan_text(const VarlenAttention& attn) {
   const pa::ch10::Plan& p = attn.host_plan();
-  int split = 0;
-  for (const auto& w : p.items) split += w.num_splits > 1;
+  int split = 0, by_warp = 0;
+  for (const auto& w : p.items) {
+    split += w.num_splits > 1;
+    by_warp += w.by_warp;
+  }
   std::ostringstream os;
   os << "plan: grid " << p.grid << ", " << p.items.size() << " items (" << split
-     << " of them parts of a split tile, " << p.num_counters << " split tiles)";
+     << " of them parts of a split tile, " << p.num_counters << " split tiles; " << by_warp
+     << " warp items)";
   if (p.chunk_tokens) os << ", chunks of " << p.chunk_tokens << " tokens";
   return os.str();
 }
