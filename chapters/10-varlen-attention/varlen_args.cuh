@@ -19,7 +19,8 @@ struct VarlenArgs {
   const C *k_pool, *v_pool;
   const int *block_table, *seq_lens, *query_start_loc;
   const WorkItem* items;  // item k of thread block c at [k * gridDim.x + c]
-  int rounds;             // the most items of any thread block
+  const int* rounds;      // [1]: the most items of any thread block (in device memory, as
+                          //   the items: a launch replayed from a CUDA graph reads the new plan)
   float *max_logits, *exp_sums, *partial_out;  // split tiles' partial results
   int* counters;                               // split tiles' tickets (left at zero)
   const float *k_scale, *v_scale;              // e4m3 only (device pointers); nullptr means 1

@@ -173,8 +173,8 @@ class VarlenAttention {
   bool planned_ = false;
   DeviceBuffer<WorkItem> items_;
   std::vector<WorkItem> by_rounds_;  // the items in the device's layout
-  int rounds_ = 0;
-  DeviceBuffer<int> counters_;
+  std::vector<int> host_rounds_;     // [1]
+  DeviceBuffer<int> rounds_, counters_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 // ANCHOR_END: runner

@@ -78,7 +78,7 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
   PA_REQUIRE(!fp8 || (k_scale && v_scale), "an e4m3 cache needs k_scale and v_scale");
   if (plan_.items.empty()) return;  // no new tokens at all
   const VarlenArgs<T, C> a{out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc,
-                           items_.get(), rounds_, max_logits_.get(), exp_sums_.get(),
+                           items_.get(), rounds_.get(), max_logits_.get(), exp_sums_.get(),
                            partial_out_.get(), counters_.get(), k_scale, v_scale, scale, shape_};
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;

@@ -601,10 +601,10 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 template <typename T, typename C, int D, int kStages>
 __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
-  const int warp = threadIdx.x / 32;
+  const int warp = threadIdx.x / 32, rounds = *a.rounds;
   auto item = [&](int k) { return a.items[int64_t(k) * gridDim.x + blockIdx.x]; };
   int k = warp, ran = 0;
-  for (; k < a.rounds; k += kWarps, ++ran) {
+  for (; k < rounds; k += kWarps, ++ran) {
     const WorkItem w = item(k);
     if (!w.by_warp) break;
     warp_item<T, C, D, decode_slots<C, D>()>(a, w, smem);
@@ -615,7 +615,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   __syncthreads();
   int first = 0;
   for (int v = 0; v < kWarps; ++v) first += ran_by[v];
-  for (k = first; k < a.rounds; ++k) {
+  for (k = first; k < rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
     attend_item<T, C, D, kStages>(a, w, smem);

@@ -1,6 +1,7 @@
 // Chapter 10 on the GPU only: shapes too large for golden files or for the emulator. A
 // 32K-token decode beside 63 short ones (the planner must split the long one), and a
-// 1024-token prefill chunk over a 4096-token prefix, against float64 host references.
+// 1024-token prefill chunk over a 4096-token prefix, against float64 host references; and
+// a launch captured in a CUDA graph, replayed after a new plan (the emulator has no graphs).
 #include <gtest/gtest.h>
 
 #if !defined(PA_BACKEND_CPU)
@@ -69,6 +70,55 @@ struct LongBatch {
   float scale;
   VarlenAttention attn;
 };
+
+// CUDA graphs: a launch captured on one step's plan and replayed after plan() for another
+// (of no more items) must run the new plan: the kernel may take nothing per plan by value.
+TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
+  std::vector<int> lens(64, 300);
+  lens[0] = 4000;
+  LongBatch b(32, 8, 128, 16, lens, std::vector<int>(64, 1), 5);
+  pa::DeviceBuffer<pa::half> dk(b.k), dv(b.v), dq(b.q), out(b.q.size());
+  pa::DeviceBuffer<int> dt(b.table), dl(b.seq_lens), dqsl(b.qsl);
+  cudaStream_t stream;
+  PA_CUDA_CHECK(cudaStreamCreate(&stream));
+  VarlenAttention& attn = b.attn;
+  auto plan = [&](const std::vector<int>& seq_lens) {
+    attn.plan(b.shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, b.qsl, 0, 0, stream);
+    dl.upload(seq_lens);
+  };
+  auto run = [&] {
+    attn.run<pa::half>(out.get(), dq.get(), dk.get(), dv.get(), dt.get(), dl.get(), dqsl.get(),
+                       b.scale, stream);
+  };
+  // The long step first: its plan sizes the buffers that the short step's then fits in.
+  plan(b.seq_lens);
+  pa::test::poison(out);
+  run();
+  PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<pa::half> want = out.download();
+  const int long_items = int(attn.host_plan().items.size());
+  // The same sequences cut to 32 tokens: 512 warp items, two per thread block. Captured.
+  plan(std::vector<int>(64, 32));
+  ASSERT_NE(int(attn.host_plan().items.size()), long_items);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  PA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  run();
+  PA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  PA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // The long step again, replayed from the short step's graph.
+  plan(b.seq_lens);
+  pa::test::poison(out);
+  PA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  PA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_TRUE(pa::test::exactly_equal(out.download(), want, pa::test::varlen_out_dims(b.shape)))
+      << "the graph captured on the short step's plan, replayed after plan() for the long step, "
+         "must give the long step's direct result: does the kernel take something per plan by "
+         "value (a count, a size) instead of reading it from device memory?";
+  PA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  PA_CUDA_CHECK(cudaGraphDestroy(graph));
+  PA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
 
 TEST(VarlenLong, ThirtyTwoThousandTokensBesideSixtyThreeDecodes) {
   std::vector<int> lens = {32768}, new_lens(64, 1);
