@@ -615,7 +615,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   __syncthreads();
   int first = 0;
   for (int v = 0; v < kWarps; ++v) first += ran_by[v];
-  for (k = first; k < rounds; ++k) {
+  // The count is read again per item, not kept: a register live across attend_item, at
+  // 255, cost prefill 1-5% (NOTES.md, v5).
+  for (k = first; k < *a.rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
     attend_item<T, C, D, kStages>(a, w, smem);
