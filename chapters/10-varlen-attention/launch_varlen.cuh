@@ -28,7 +28,7 @@ void with_head_size(int head_size, F&& f) {
 template <typename T, typename C, int D>
 struct Kernel {
   static constexpr int kStages = stages_for<C, D>();
-  static constexpr size_t kSmem = smem_bytes<C, D>() + kWarps * sizeof(int);  // + warp items per warp
+  static constexpr size_t kSmem = smem_bytes<C, D>();
   static auto get() {
     const auto kernel = varlen_kernel<T, C, D, kStages>;
     if (kSmem > 48 * 1024)

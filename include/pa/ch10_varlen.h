@@ -173,7 +173,7 @@ class VarlenAttention {
   bool planned_ = false;
   DeviceBuffer<WorkItem> items_;
   std::vector<WorkItem> by_rounds_;  // the items in the device's layout
-  std::vector<int> host_rounds_;     // [1]
+  int host_rounds_ = 0;              // the most items of any block (copied to rounds_)
   DeviceBuffer<int> rounds_, counters_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };

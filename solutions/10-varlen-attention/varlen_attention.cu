@@ -44,10 +44,10 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
   dtype_ = dtype;
   cache_ = cache;
   // The device's layout: item k of block c at [k * grid + c], empty places with seq -1.
-  int rounds = 0;
-  for (int c = 0; c < g; ++c) rounds = std::max(rounds, plan_.cta_start[size_t(c) + 1] - plan_.cta_start[size_t(c)]);
-  host_rounds_.assign(1, rounds);
-  by_rounds_.assign(size_t(rounds) * size_t(g), WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
+  host_rounds_ = 0;
+  for (int c = 0; c < g; ++c)
+    host_rounds_ = std::max(host_rounds_, plan_.cta_start[size_t(c) + 1] - plan_.cta_start[size_t(c)]);
+  by_rounds_.assign(size_t(host_rounds_) * size_t(g), WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
   for (int c = 0; c < g; ++c)
     for (int i = plan_.cta_start[size_t(c)]; i < plan_.cta_start[size_t(c) + 1]; ++i)
       by_rounds_[size_t(i - plan_.cta_start[size_t(c)]) * size_t(g) + size_t(c)] = plan_.items[size_t(i)];
@@ -60,8 +60,7 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
   reserve(partial_out_, rows * size_t(s.head_size), 0xff);
   PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds_.data(), by_rounds_.size() * sizeof(WorkItem),
                                 cudaMemcpyHostToDevice, stream));
-  PA_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), host_rounds_.data(), sizeof(int), cudaMemcpyHostToDevice,
-                                stream));
+  PA_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), &host_rounds_, sizeof(int), cudaMemcpyHostToDevice, stream));
   planned_ = true;
 }
 // ANCHOR_END: plan_upload

@@ -64,7 +64,7 @@ __host__ __device__ constexpr int stages_for() {
 // ANCHOR_END: stages
 
 // Decode items' ring slots per warp (decode_warps.cuh), and the shared memory of the kernel:
-// the larger of the two rings.
+// the larger of the two rings, then the warp items each warp ran (kWarps ints).
 template <typename C, int D>
 __host__ __device__ constexpr int decode_slots() {
 #ifdef PA_CH10_DECODE_SLOTS  // benchmark experiments only
@@ -74,11 +74,13 @@ __host__ __device__ constexpr int decode_slots() {
 #endif
 }
 template <typename C, int D>
-__host__ __device__ constexpr size_t smem_bytes() {
+__host__ __device__ constexpr size_t ring_bytes() {
   const size_t ring = size_t(stages_for<C, D>()) * StageLayout<C, D>::kBytes;
   const size_t decode = DecodeRing<C, D>::bytes(decode_slots<C, D>());
   return ring > decode ? ring : decode;
 }
+template <typename C, int D>
+constexpr size_t smem_bytes() { return ring_bytes<C, D>() + kWarps * sizeof(int); }
 
 // 2^x in one instruction (ex2.approx; the emulator: exp2f). exp2f adds a range check.
 __device__ inline float fast_exp2(float x) {
@@ -610,7 +612,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
     warp_item<T, C, D, decode_slots<C, D>()>(a, w, smem);
   }
   // The block's own items follow its warp items: as many as the four warps ran.
-  int* ran_by = reinterpret_cast<int*>(smem + smem_bytes<C, D>());  // past the rings
+  int* ran_by = reinterpret_cast<int*>(smem + ring_bytes<C, D>());  // past the rings
   if (threadIdx.x % 32 == 0) ran_by[warp] = ran;
   __syncthreads();
   int first = 0;
