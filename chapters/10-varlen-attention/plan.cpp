@@ -70,7 +70,7 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
   PA_REQUIRE(chunk_tokens >= 0, "make_plan: chunk_tokens must be >= 0, got " << chunk_tokens);
   const int G = s.num_q_heads / s.num_kv_heads;
 
-  // Row tiles: each sequence's n_b * G rows, 64 at a time (8 for a decode). A tile's last row
+  // Row tiles: each sequence's n_b * G rows, 64 at a time (8 for a decode tile). A tile's last row
   // decides how much of the KV it needs (causal: earlier rows need less, and mask the rest).
   // ANCHOR: warp_items
   // A decode tile of at most kWarpItemTokens is a warp item: one warp runs it whole. On the
@@ -80,11 +80,11 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
   double total = 0;
   for (int b = 0; b < s.num_seqs; ++b) {
     const int n = query_start_loc[size_t(b) + 1] - query_start_loc[size_t(b)];
-    for (int row0 = 0; row0 < n * G; row0 += tile_size(n)) {
+    for (int row0 = 0; row0 < n * G; row0 += tile_size(n, G)) {
       const int rows = tile_rows(n, G, row0);
       const int last_token = (row0 + rows - 1) / G;
       const int kv_needed = seq_lens[size_t(b)] - n + last_token + 1;
-      const bool by_warp = chunk_tokens == 0 && n == 1 && kv_needed <= kWarpItemTokens;
+      const bool by_warp = chunk_tokens == 0 && decode_tile(n, G) && kv_needed <= kWarpItemTokens;
       tiles.push_back({b, row0, rows, kv_needed, by_warp});
       total += item_cost(kv_needed, rows, by_warp) * s.num_kv_heads;
     }

@@ -15,7 +15,7 @@
 //
 // Plan, then run. plan() runs on the host, once per engine step: it turns the batch's
 // lengths into a balanced list of work items -- (sequence, KV head, a tile of 64 query rows
-// or of 8 for a decode, a chunk of the KV) -- dealt to a fixed grid of one GPU wave, and
+// or of 8 for a decode of G <= 8, a chunk of the KV) -- dealt to a fixed grid of one GPU wave, and
 // copies that list to the device. run() is then called once per layer with the same plan:
 // a fixed grid and the plan in device memory, so a step can be captured in a CUDA graph and
 // replayed. Items that split one tile's KV write partial results; the last of them to finish
@@ -65,19 +65,24 @@ void check_metadata(const VarlenShape& s, const std::vector<int>& block_table,
 // Query rows: sequence b's new token i with query head kv_head * G + h (G = Hq / Hkv) is
 // row i * G + h of that sequence, so one KV head's G query heads sit side by side and each
 // K/V byte loaded serves all of them. A tile is kTileRows consecutive rows, or kDecodeRows
-// for a sequence with one new token (a decode: chapter 9's K Q^T has 8 columns).
+// for a decode tile: one new token of at most 8 query heads per KV head (chapter 9's K Q^T
+// has 8 columns). A larger group's decode (MQA: 32 heads) is one 64-row tile, so that its
+// KV is read once for all its heads, not once per 8.
 inline constexpr int kTileRows = 64;   // 4 warps x 16 rows (one mma.sync row tile each)
 inline constexpr int kWarps = kTileRows / 16;  // warps of a thread block
-inline constexpr int kDecodeRows = 8;  // a decode tile: G <= 8 heads in one, more in several
+inline constexpr int kDecodeRows = 8;  // a decode tile: G <= 8 heads
 inline constexpr int kKvTile = 64;     // tokens of K/V per pipeline stage (at most); chunks are multiples
 inline constexpr int kWarpItemTokens = 2 * 16 * kWarps;  // a decode tile this short: a warp item
 
-// The tiles of a sequence with n_new new tokens start every tile_size(n_new) rows; the one at
-// row0 has tile_rows(n_new, G, row0) rows.
-__host__ __device__ inline int tile_size(int n_new) { return n_new == 1 ? kDecodeRows : kTileRows; }
+// The tiles of a sequence with n_new new tokens start every tile_size(n_new, G) rows; the one
+// at row0 has tile_rows(n_new, G, row0) rows.
+__host__ __device__ inline bool decode_tile(int n_new, int G) { return n_new == 1 && G <= kDecodeRows; }
+__host__ __device__ inline int tile_size(int n_new, int G) {
+  return decode_tile(n_new, G) ? kDecodeRows : kTileRows;
+}
 __host__ __device__ inline int tile_rows(int n_new, int G, int row0) {
   const int left = n_new * G - row0;
-  return left < tile_size(n_new) ? left : tile_size(n_new);
+  return left < tile_size(n_new, G) ? left : tile_size(n_new, G);
 }
 
 struct WorkItem {

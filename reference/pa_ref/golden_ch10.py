@@ -158,10 +158,14 @@ CH10_VARLEN = [
       (10, 3), (30, 1),
       "three query heads per KV head: 64 rows hold 21 tokens and a third, so a tile edge "
       "falls between the heads of one token"),
-    # --- multi-query: Hkv = 1, 8 or 16 rows per token
+    # --- multi-query: Hkv = 1, 8, 16 or 32 rows per token
     V("varlen_fp16_d128_bs16_g16_mqa", "fp16", 128, 16, 16, 1,
       (40, 20, 0, 9), (1, 4, 1, 7),
       "multi-query, 16 query heads on one KV head: 16 rows per token, 7 tokens = 112 rows"),
+    V("varlen_fp16_d64_bs16_g32_mqa_decode", "fp16", 64, 16, 32, 1,
+      (0, 16, 40, 99), (1, 1, 1, 1),
+      "multi-query decodes, 32 query heads on one KV head: each is one 32-row tile, whose two "
+      "16-row groups have two warps each, taking turns at the KV"),
     V("varlen_bf16_d128_bs8_g8_mqa", "bf16", 128, 8, 8, 1,
       (70,), (30,),
       "bf16 multi-query prefill chunk: 240 rows, four tiles, 8-token blocks"),

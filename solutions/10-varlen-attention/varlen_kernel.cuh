@@ -13,11 +13,11 @@
 //   O += P V     P goes from S's accumulators straight into A registers: the token order
 //                inside each 16-token half of a stage makes lane t hold tokens 4t .. 4t+3.
 //
-// A tile of at most 16 rows (a short verification) has the warps share its rows and split
-// each stage's tokens. A decode item (one new token, at most 8 query heads) takes chapter
-// 9's warps instead (decode_warps.cuh): each warp streams its own slots, with K Q^T on the
-// tensor cores. All three end in the same merge and the same writes. A short decode tile can
-// also be a warp item: one warp runs it alone, beside three others (decode_warps.cuh).
+// A tile of at most 32 rows (a short verification, an MQA decode) has the warps share its
+// rows and split each stage's tokens. A decode item (one new token, at most 8 query heads)
+// takes chapter 9's warps instead (decode_warps.cuh): each warp streams its own slots, with
+// K Q^T on the tensor cores. All three end in the same merge and the same writes. A short
+// decode tile can also be a warp item: one warp runs it alone, beside three others.
 #pragma once
 
 #include <cmath>
@@ -101,11 +101,12 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 
 // One work item (see WorkItem). Every thread of the block calls it with the same item.
 // Two ways to share the work among the four warps:
-//   rows    a tile of more than 16 rows: warp w owns rows 16 w .. 16 w + 15 and attends to
+//   rows    a tile of more than 32 rows: warp w owns rows 16 w .. 16 w + 15 and attends to
 //           every token of every stage;
-//   tokens  a tile of at most 16 rows (decodes, short verifications): the warps share rows
-//           0 .. 15 and each takes a 16-token half of every stage; their states are merged
-//           at the end, as chapter 4's warps did.
+//   tokens  a tile of at most 32 rows (short verifications, MQA decodes): its one or two
+//           groups of 16 rows have four or two warps each, which take turns at the 16-token
+//           halves of every stage; the states of a group's warps are merged at the end, as
+//           chapter 4's warps did.
 template <typename T, typename C, int D, int kStages>
 __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem) {
   using L = StageLayout<C, D>;
@@ -119,9 +120,12 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int n_new = a.query_start_loc[w.seq + 1] - q_start;
   const int seq_len = a.seq_lens[w.seq];
   const int tile_rows = ch10::tile_rows(n_new, G, w.row0);
-  const bool decode = n_new == 1;  // a tile of at most kDecodeRows heads: chapter 9's warps
-  const bool split_tokens = !decode && tile_rows <= 16;
-  const int row_warp = decode || split_tokens ? 0 : warp;  // whose 16 rows this warp computes
+  const bool decode = decode_tile(n_new, G);  // at most kDecodeRows heads: chapter 9's warps
+  const bool split_tokens = !decode && tile_rows <= 32;
+  // split_tokens over 16 rows: two row groups, warps 0 and 2 on rows 0 .. 15, 1 and 3 on
+  // 16 .. 31 (flags, not counts: registers live through the loop cost prefill).
+  const bool pairs = tile_rows > 16;
+  const int row_warp = decode ? 0 : split_tokens ? (pairs ? warp & 1 : 0) : warp;  // whose 16 rows
 
   // ANCHOR: row_of
   // This lane's two rows of the warp's 16: g and g + 8. Which new token and which query
@@ -423,10 +427,16 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       const int tok0 = w.kv_begin + tile * L::kTokens;
       const uint4* ks = stage_k(tile % kStages);
       const C* vs = stage_v(tile % kStages);
-      if (split_tokens) {  // warp w takes half w of the stage
-        if (warp < L::kHalves) {
-          if (needs_mask(tok0, warp, 1)) attend(ks, vs, tok0, warp, OneHalf{}, Masked{});
-          else attend(ks, vs, tok0, warp, OneHalf{}, Plain{});
+      if (split_tokens) {  // half warp of the stage (pairs: halves warp / 2 and warp / 2 + 2)
+        // Two calls, not a loop over the halves: the loop cost prefill 5-7% (NOTES.md, v6).
+        const int h0 = pairs ? warp / 2 : warp;
+        if (h0 < L::kHalves) {
+          if (needs_mask(tok0, h0, 1)) attend(ks, vs, tok0, h0, OneHalf{}, Masked{});
+          else attend(ks, vs, tok0, h0, OneHalf{}, Plain{});
+        }
+        if (pairs && h0 + 2 < L::kHalves) {
+          if (needs_mask(tok0, h0 + 2, 1)) attend(ks, vs, tok0, h0 + 2, OneHalf{}, Masked{});
+          else attend(ks, vs, tok0, h0 + 2, OneHalf{}, Plain{});
         }
       } else if (needs_mask(tok0, 0, L::kHalves)) {
         attend(ks, vs, tok0, 0, AllHalves{}, Masked{});
@@ -459,26 +469,35 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     }
   }
   // ANCHOR: merge_warps
-  // Tokens split among the warps (decode items, small tiles): warp 0 takes over the four
-  // states (chapter 4's merge).
+  // Tokens split among the warps (decode items, small tiles): warp 0 takes over the states of
+  // its row group's warps (all four, or 0 and 2 with pairs; warp 1 those of 1 and 3), as
+  // chapter 4's merge did.
   if (decode || split_tokens) {
     __syncthreads();
-    if (warp == 0) {
+    if (warp < (pairs ? 2 : 1)) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (pos[r] < 0) continue;  // no such row
         const int row = g + 8 * r;
+        // Unrolled over every warp v, with a test for the group: f stays in registers
+        // (indexed at run time, it would be a stack array).
         float M = -INFINITY;
-        for (int v = 0; v < kWarps; ++v) M = fmaxf(M, sm[v * 16 + row]);
+#pragma unroll
+        for (int v = 0; v < kWarps; ++v)
+          if (!pairs || v % 2 == warp) M = fmaxf(M, sm[v * 16 + row]);
         const float base = M == -INFINITY ? 0.f : M;
         float l = 0.f, f[kWarps];
-        for (int v = 0; v < kWarps; ++v) l += sl[v * 16 + row] * (f[v] = exp2f(sm[v * 16 + row] - base));
+#pragma unroll
+        for (int v = 0; v < kWarps; ++v)
+          if (!pairs || v % 2 == warp) l += sl[v * 16 + row] * (f[v] = exp2f(sm[v * 16 + row] - base));
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float sum = 0.f;
-            for (int v = 0; v < kWarps; ++v) sum += so[(v * 16 + row) * D + 8 * n + 2 * t + e] * f[v];
+#pragma unroll
+            for (int v = 0; v < kWarps; ++v)
+              if (!pairs || v % 2 == warp) sum += so[(v * 16 + row) * D + 8 * n + 2 * t + e] * f[v];
             o[n][2 * r + e] = sum;
           }
         m_run[r] = M;
@@ -486,7 +505,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       }
     }
   }
-  const bool writer = !(decode || split_tokens) || warp == 0;
+  const bool writer = !(decode || split_tokens) || warp < (pairs ? 2 : 1);
   // ANCHOR_END: merge_warps
 
   // ANCHOR: write_out
@@ -513,10 +532,9 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     const int64_t at = w.partial_base + int64_t(16 * row_warp + g + 8 * r) * w.num_splits + w.split;
     const float inv = l_run[r] == 0.f ? 0.f : v_scale / l_run[r];
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      a.partial_out[at * D + 8 * n + 2 * t] = o[n][2 * r] * inv;
-      a.partial_out[at * D + 8 * n + 2 * t + 1] = o[n][2 * r + 1] * inv;
-    }
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(a.partial_out + at * D + 8 * n + 2 * t) =
+          make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
     if (t == 0) {
       a.max_logits[at] = m_run[r] * 0.6931471805599453f;  // base 2 -> base e (-inf stays)
       a.exp_sums[at] = l_run[r];
@@ -536,61 +554,94 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   // Chapter 5's merge, in two passes: each row's weights exp_sum_p * exp(max_p - M) / L once
   // (in the ring), then every output element is one weighted sum of its row's partials. A
   // tile with more chunks than the ring holds weights for merges with merge_partitions itself.
+  // The partials were written by other SMs and are read from L2: a load takes a microsecond
+  // or so, and the merge is a chain of them unless many are in flight at once (as scalar
+  // loads, one chunk at a time, a merge took tens of microseconds: NOTES.md, v6).
   const int S = w.num_splits;
   float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
   const bool in_ring = int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes;
   if (in_ring) {
+    constexpr int kP = 8;  // chunks whose max and sum are loaded together
     for (int row = threadIdx.x; row < tile_rows; row += kWarps * 32) {
       const int64_t first = w.partial_base + int64_t(row) * S;
       float M = -INFINITY, total = 0.f;
-      for (int p = 0; p < S; ++p) M = fmaxf(M, a.max_logits[first + p]);
-      for (int p = 0; p < S; ++p)
-        total += (weights[row * S + p] = a.exp_sums[first + p] * expf(a.max_logits[first + p] - M));
+      for (int p0 = 0; p0 < S; p0 += kP) {
+        float m[kP];
+#pragma unroll
+        for (int k = 0; k < kP; ++k) m[k] = p0 + k < S ? a.max_logits[first + p0 + k] : -INFINITY;
+#pragma unroll
+        for (int k = 0; k < kP; ++k) M = fmaxf(M, m[k]);
+      }
+      for (int p0 = 0; p0 < S; p0 += kP) {
+        float m[kP], e[kP];
+#pragma unroll
+        for (int k = 0; k < kP; ++k) {
+          m[k] = p0 + k < S ? a.max_logits[first + p0 + k] : 0.f;
+          e[k] = p0 + k < S ? a.exp_sums[first + p0 + k] : 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < kP; ++k)
+          if (p0 + k < S) total += (weights[row * S + p0 + k] = e[k] * expf(m[k] - M));
+      }
       for (int p = 0; p < S; ++p) weights[row * S + p] /= total;
     }
     __syncthreads();
   }
-  // A tile of more than a decode's rows: each thread sums kBatch outputs at once, so that
-  // their loads of the partials (in L2, written by other SMs) are in flight together, not one
-  // latency after another (a 64-row tile over 2 chunks: 102 -> 71 us, NOTES.md v4). Decode
-  // tiles keep one output at a time: batched, the 1 x 32768 ragged case lost 8%.
-  auto merge_outputs = [&](auto batch) {
-    constexpr int kBatch = decltype(batch)::value, kStride = kWarps * 32;
-    for (int i0 = threadIdx.x; i0 < tile_rows * D; i0 += kBatch * kStride) {
-      float value[kBatch];
+  // Each thread sums kBatch pieces of 4 outputs at once, kP chunks at a time: kBatch x kP
+  // 16-byte loads in flight together.
+  auto merge_outputs = [&](auto batch, auto chunks) {
+    constexpr int kBatch = decltype(batch)::value, kP = decltype(chunks)::value;
+    constexpr int kStride = kWarps * 32, kQuads = D / 4;  // 4-float pieces per row
+    const int quads = tile_rows * kQuads;
+    for (int i0 = threadIdx.x; i0 < quads; i0 += kBatch * kStride) {
+      float4 sum[kBatch];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) value[k] = 0.f;
-      if (in_ring) {
-        for (int p = 0; p < S; ++p)
+      for (int k = 0; k < kBatch; ++k) sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int p0 = 0; p0 < S; p0 += kP) {
+        float4 part[kBatch][kP];
 #pragma unroll
-          for (int k = 0; k < kBatch; ++k) {
-            const int i = i0 + k * kStride, local = i / D;
-            if (i < tile_rows * D)
-              value[k] += weights[local * S + p] *
-                          a.partial_out[(w.partial_base + int64_t(local) * S + p) * D + i % D];
+        for (int k = 0; k < kBatch; ++k)
+#pragma unroll
+          for (int u = 0; u < kP; ++u) {
+            const int i = i0 + k * kStride;
+            part[k][u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < quads && p0 + u < S)
+              part[k][u] = reinterpret_cast<const float4*>(a.partial_out)
+                  [(w.partial_base + int64_t(i / kQuads) * S + p0 + u) * kQuads + i % kQuads];
           }
-      } else {
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          const int i = i0 + k * kStride;
-          if (i < tile_rows * D)
-            value[k] = ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
-                                              w.partial_base + int64_t(i / D) * S, S, D, i % D);
-        }
+        for (int k = 0; k < kBatch; ++k)
+#pragma unroll
+          for (int u = 0; u < kP; ++u) {
+            const int i = i0 + k * kStride;
+            const float wt = i < quads && p0 + u < S ? weights[(i / kQuads) * S + p0 + u] : 0.f;
+            sum[k].x += wt * part[k][u].x;
+            sum[k].y += wt * part[k][u].y;
+            sum[k].z += wt * part[k][u].z;
+            sum[k].w += wt * part[k][u].w;
+          }
       }
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
-        const int i = i0 + k * kStride, row = w.row0 + i / D;
-        if (i < tile_rows * D)
-          a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
-              from_float<T>(value[k]);
+        const int i = i0 + k * kStride, row = w.row0 + i / kQuads;
+        if (i < quads)
+          *reinterpret_cast<uint2*>(a.out + (int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D +
+                                    4 * (i % kQuads)) =
+              make_uint2(pack2<T>(sum[k].x, sum[k].y), pack2<T>(sum[k].z, sum[k].w));
       }
     }
   };
-  if (tile_rows > kDecodeRows) {
-    merge_outputs(std::integral_constant<int, 8>{});
-  } else {
-    merge_outputs(std::integral_constant<int, 1>{});
+  if (!in_ring) {  // more chunks than the ring has room for: chapter 5's merge, per output
+    for (int i = threadIdx.x; i < tile_rows * D; i += kWarps * 32) {
+      const int row = w.row0 + i / D;
+      a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
+          from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
+                                               w.partial_base + int64_t(i / D) * S, S, D, i % D));
+    }
+  } else if (tile_rows > kDecodeRows) {
+    merge_outputs(std::integral_constant<int, 4>{}, std::integral_constant<int, 4>{});
+  } else {  // 8 rows: 2 pieces per thread, many chunks (a long decode)
+    merge_outputs(std::integral_constant<int, 2>{}, std::integral_constant<int, 8>{});
   }
   // ANCHOR_END: write_out
 }

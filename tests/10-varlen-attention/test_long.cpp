@@ -166,6 +166,26 @@ TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) {
   }
 }
 
+// A split tile's merge keeps its weights (rows x chunks floats) in the ring; with more
+// chunks than fit (64 rows x 512 chunks of 64 tokens: 128 KB, over the ring's 108 KB), it
+// merges with chapter 5's merge_partitions instead. Both must agree with the host.
+TEST(VarlenLong, MoreChunksThanTheRingHoldsWeightsFor) {
+  LongBatch batch(32, 8, 128, 16, {32768}, {16}, 41);  // 16 tokens x 4 heads: a 64-row tile
+  std::vector<int> tokens(16);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  const auto want = pa::test::host_varlen_attention(batch.shape, batch.q, batch.k, batch.v,
+                                                    batch.table, batch.seq_lens, batch.qsl,
+                                                    batch.scale, tokens);
+  const auto dims = pa::test::varlen_out_dims(batch.shape);
+  for (int chunk : {0, 64}) {
+    const auto got = batch.run(chunk);
+    EXPECT_TRUE(pa::test::all_close(got, want, dims, 2e-3, 2e-3))
+        << "16 new tokens over 32K cached ones, chunk_tokens " << chunk << ", "
+        << batch.attn.host_plan().items.size() << " items";
+  }
+  EXPECT_EQ(batch.attn.host_plan().items.front().num_splits, 512) << "the chunk-64 plan";
+}
+
 }  // namespace
 
 #endif  // !PA_BACKEND_CPU

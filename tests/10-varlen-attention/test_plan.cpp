@@ -53,6 +53,7 @@ std::string item_text(const WorkItem& w) {
   return os.str();
 }
 
+using pa::ch10::decode_tile;
 using pa::ch10::tile_rows;
 using pa::ch10::tile_size;
 
@@ -93,7 +94,7 @@ using pa::ch10::tile_size;
   for (int seq = 0; seq < s.num_seqs; ++seq) {
     const int n = b.qsl[size_t(seq) + 1] - b.qsl[size_t(seq)];
     for (int h = 0; h < s.num_kv_heads; ++h)
-      for (int row0 = 0; row0 < n * G; row0 += tile_size(n)) {
+      for (int row0 = 0; row0 < n * G; row0 += tile_size(n, G)) {
         ++expected_tiles;
         auto it = tiles.find({seq, h, row0});
         const std::string where = "sequence " + std::to_string(seq) + ", kv_head " +
@@ -129,8 +130,8 @@ using pa::ch10::tile_size;
           } else if (w.counter != -1) {
             return fail("an unsplit tile has counter -1" + item);
           }
-          if (w.by_warp && (n != 1 || splits != 1))
-            return fail("a warp item is a whole decode tile (one new token, one chunk)" + item);
+          if (w.by_warp && (!decode_tile(n, G) || splits != 1))
+            return fail("a warp item is a whole decode tile (one new token, G <= 8, one chunk)" + item);
           if (w.by_warp != items[0].by_warp) return fail("a tile is run by warps or by blocks, not both" + item);
         }
         if (items.back().kv_end != kv_needed)
@@ -370,6 +371,24 @@ TEST(Planner, RunsShortDecodeTilesOnWarps) {
   p = make_plan(shorts.shape, shorts.seq_lens, shorts.qsl, 264, 64);
   ASSERT_TRUE(valid_plan(shorts, p, 264, 64));
   EXPECT_EQ(warp_items(p), 0) << "a forced chunk size gave warp items";
+}
+
+// A decode of more than 8 query heads per KV head is one tile of its G rows, not G / 8 tiles
+// of 8 that each read the KV again: MQA's 32 heads are one 32-row tile per sequence, run by
+// the whole thread block however short.
+TEST(Planner, MultiQueryDecodeIsOneTilePerSequence) {
+  for (int len : {32, 4096}) {
+    const Batch mqa = batch_of(32, 1, std::vector<std::pair<int, int>>(32, {len - 1, 1}));
+    const Plan p = make_plan(mqa.shape, mqa.seq_lens, mqa.qsl, 264);
+    ASSERT_TRUE(valid_plan(mqa, p, 264, 0));
+    for (const WorkItem& w : p.items) {
+      EXPECT_EQ(w.row0, 0) << "MQA decode cut into several row tiles: " << item_text(w);
+      EXPECT_FALSE(w.by_warp) << "a 32-row tile on one warp: " << item_text(w);
+    }
+  }
+  EXPECT_EQ(tile_size(1, 8), 8);
+  EXPECT_EQ(tile_size(1, 16), 64);
+  EXPECT_EQ(tile_rows(1, 32, 0), 32);
 }
 
 TEST(Planner, EmptyBatchHasNoItems) {
