@@ -177,14 +177,20 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   constexpr int kKTokens = L::kTokens / 32;  // K tokens a lane copies per tile
   constexpr int kPieces = L::kTokens / x;    // V: 16-byte pieces (x tokens of one row) per row
   static_assert((kWarps * 32) % kPieces == 0, "a thread's V pieces share their tokens");
+  // K: a warp's copy instruction takes 8 tokens x 4 chunks, lane l token l % 8 and chunk
+  // l / 8 (+ 4, + 8, ..): 2-5% faster on prefill than one chunk of 32 tokens (NOTES.md, v7),
+  // though either way a copy takes 32 shared-memory passes, not 4: each 32-byte sector of
+  // the pool holds two tokens of one chunk, which the pitched rows put kPitch apart. The
+  // lane's tokens: 8 (warp + kWarps i) + l % 8.
+  auto k_token = [&](int i) { return 8 * (warp + kWarps * i) + lane % 8; };
   // The block-table entries of the next tile to issue, read one tile ahead so that their
-  // latency hides behind a tile of math: K's tokens lane, lane + 32 (..), V's piece's first.
+  // latency hides behind a tile of math: K's tokens k_token(i), V's piece's first.
   int k_block[kKTokens], v_block;
   auto fetch = [&](int tile) {
     const int tok0 = w.kv_begin + tile * L::kTokens;
 #pragma unroll
     for (int i = 0; i < kKTokens; ++i) {
-      const int tok = tok0 + lane + 32 * i;
+      const int tok = tok0 + k_token(i);
       k_block[i] = tile < num_tiles && tok < w.kv_end ? table[tok >> bs_shift] : 0;
     }
     const int tok = tok0 + threadIdx.x % kPieces * x;
@@ -203,15 +209,16 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       // nothing wrote is a bug even when its value is thrown away (checked mode says so).
       const uint4 zero{0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int i = 0; i < kKTokens; ++i) {  // K: lanes take tokens, warps chunks
-        const int tk = lane + 32 * i, tok = tok0 + tk;
+      for (int i = 0; i < kKTokens; ++i) {  // K: 8 tokens x 4 chunks a warp instruction
+        const int tk = k_token(i), tok = tok0 + tk;
         uint4* dst = stage_k(st) + tk * L::kPitch;
         if (tok < w.kv_end) {
           const C* src = a.k_pool + int64_t(k_block[i]) * block_elems + head_offset +
                          int64_t(tok & (BS - 1)) * x;
-          for (int c = warp; c < kChunks; c += kWarps) cp_async16(dst + c, src + int64_t(c) * BS * x);
+#pragma unroll
+          for (int c = lane / 8; c < kChunks; c += 4) cp_async16(dst + c, src + int64_t(c) * BS * x);
         } else {
-          for (int c = warp; c < kChunks; c += kWarps) dst[c] = zero;
+          for (int c = lane / 8; c < kChunks; c += 4) dst[c] = zero;
         }
       }
       // V: a thread copies the same tokens, first .. first + x - 1, of every
