@@ -66,8 +66,8 @@ void check_metadata(const VarlenShape& s, const std::vector<int>& block_table,
 // row i * G + h of that sequence, so one KV head's G query heads sit side by side and each
 // K/V byte loaded serves all of them. A tile is kTileRows consecutive rows, or kDecodeRows
 // for a decode tile: one new token of at most 8 query heads per KV head (chapter 9's K Q^T
-// has 8 columns). A larger group's decode (MQA: 32 heads) is one 64-row tile, so that its
-// KV is read once for all its heads, not once per 8.
+// has 8 columns). A larger group's decode is one general tile of its G rows (MQA's 32 heads:
+// one 32-row tile), so that its KV is read once for all its heads, not once per 8.
 inline constexpr int kTileRows = 64;   // 4 warps x 16 rows (one mma.sync row tile each)
 inline constexpr int kWarps = kTileRows / 16;  // warps of a thread block
 inline constexpr int kDecodeRows = 8;  // a decode tile: G <= 8 heads
