@@ -37,9 +37,10 @@ namespace pa::ch10 {
 // ANCHOR: stage_layout
 // One pipeline stage in shared memory: kTokens tokens of K, then of V (64; 32 for a 16-bit
 // cache at D 256, so that two stages fit beside two more thread blocks).
-//   K: [token][pitch] 16-byte chunks (the token's D / x chunks, then padding). A pitch that
-//      is 4 mod 8 chunks puts the two tokens that one quarter-warp reads in different halves
-//      of the 32 banks, so each 16-byte load is served in one pass.
+//   K: [chunk][kTokens] 16-byte chunks, as the pool stores K ([D / x][BS][x]): a warp's
+//      copy of one chunk of 32 tokens writes 512 contiguous bytes. Token t of chunk c sits
+//      at slot t ^ 2 (c % 4), so that the quarter-warp's reads (4 chunks of 2 tokens) fall
+//      in eight different bank groups: one pass.
 //   V: [half][D][16]: the stage's 16-token halves, each with its D rows of 16 tokens.
 template <typename C, int D>
 struct StageLayout {
@@ -47,8 +48,7 @@ struct StageLayout {
   static constexpr int kTokens = (sizeof(C) == 2 && D > 128) ? kKvTile / 2 : kKvTile;
   static constexpr int kHalves = kTokens / 16;
   static constexpr int kChunks = D / x;      // 16-byte K chunks per token
-  static constexpr int kPitch = kChunks + (12 - kChunks % 8) % 8;
-  static constexpr int kKBytes = kTokens * kPitch * 16;
+  static constexpr int kKBytes = kChunks * kTokens * 16;
   static constexpr int kVBytes = D * kTokens * int(sizeof(C));
   static constexpr int kBytes = kKBytes + kVBytes;
 };
@@ -177,12 +177,11 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   constexpr int kKTokens = L::kTokens / 32;  // K tokens a lane copies per tile
   constexpr int kPieces = L::kTokens / x;    // V: 16-byte pieces (x tokens of one row) per row
   static_assert((kWarps * 32) % kPieces == 0, "a thread's V pieces share their tokens");
-  // K: a warp's copy instruction takes 8 tokens x 4 chunks, lane l token l % 8 and chunk
-  // l / 8 (+ 4, + 8, ..): 2-5% faster on prefill than one chunk of 32 tokens (NOTES.md, v7),
-  // though either way a copy takes 32 shared-memory passes, not 4: each 32-byte sector of
-  // the pool holds two tokens of one chunk, which the pitched rows put kPitch apart. The
-  // lane's tokens: 8 (warp + kWarps i) + l % 8.
-  auto k_token = [&](int i) { return 8 * (warp + kWarps * i) + lane % 8; };
+  static_assert(kWarps % 4 == 0, "a warp's K chunks share their slot order (c % 4 == warp % 4)");
+  // K: lane l copies tokens l + 32 i; warp w copies chunks w + kWarps k. One instruction
+  // writes 512 contiguous bytes of one chunk, 4 shared-memory passes; copies into rows of
+  // tokens took 32, and 11-18% of the general path's time (NOTES.md, v8).
+  auto k_token = [&](int i) { return lane + 32 * i; };
   // The block-table entries of the next tile to issue, read one tile ahead so that their
   // latency hides behind a tile of math: K's tokens k_token(i), V's piece's first.
   int k_block[kKTokens], v_block;
@@ -209,16 +208,17 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       // nothing wrote is a bug even when its value is thrown away (checked mode says so).
       const uint4 zero{0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int i = 0; i < kKTokens; ++i) {  // K: 8 tokens x 4 chunks a warp instruction
+      for (int i = 0; i < kKTokens; ++i) {  // K: one chunk of 32 tokens a warp instruction
         const int tk = k_token(i), tok = tok0 + tk;
-        uint4* dst = stage_k(st) + tk * L::kPitch;
+        uint4* dst = stage_k(st) + (tk ^ 2 * (warp % 4));  // slot tk ^ 2 (c % 4); c % 4 == warp % 4
         if (tok < w.kv_end) {
           const C* src = a.k_pool + int64_t(k_block[i]) * block_elems + head_offset +
                          int64_t(tok & (BS - 1)) * x;
 #pragma unroll
-          for (int c = lane / 8; c < kChunks; c += 4) cp_async16(dst + c, src + int64_t(c) * BS * x);
+          for (int c = warp; c < kChunks; c += kWarps)
+            cp_async16(dst + c * L::kTokens, src + int64_t(c) * BS * x);
         } else {
-          for (int c = lane / 8; c < kChunks; c += 4) dst[c] = zero;
+          for (int c = warp; c < kChunks; c += kWarps) dst[c * L::kTokens] = zero;
         }
       }
       // V: a thread copies the same tokens, first .. first + x - 1, of every
@@ -319,7 +319,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
           const int tk = 16 * (h0 + q / 2) + 2 * (q % 2) + 4 * (g / 2) + g % 2;
           uint32_t kp[kPairs];
           if (kChunks % 4 == 0 || j < kChunks) {
-            ch09::chunk_to_pairs<C>(ks[tk * L::kPitch + j], kp);
+            ch09::chunk_to_pairs<C>(ks[j * L::kTokens + (tk ^ 2 * t)], kp);  // j % 4 == t
           } else {
 #pragma unroll
             for (int p = 0; p < kPairs; ++p) kp[p] = 0u;
