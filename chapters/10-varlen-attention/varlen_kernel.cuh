@@ -41,7 +41,9 @@ namespace pa::ch10 {
 //   K: [chunk][kTokens] 16-byte chunks, as the pool stores K ([D / x][BS][x]): a warp's
 //      copy of one chunk of 32 tokens writes 512 contiguous bytes. Token t of chunk c sits
 //      at slot t ^ 2 (c % 4), so that the quarter-warp's reads (4 chunks of 2 tokens) fall
-//      in eight different bank groups: one pass.
+//      in eight different bank groups: one pass. The slot is written out where it is used,
+//      the copies and the score loop, with c % 4 known there (warp % 4, t): one shared
+//      function of (c, t) cost prefill 1-2.5% (NOTES.md, v9).
 //   V: [half][D][16]: the stage's 16-token halves, each with its D rows of 16 tokens.
 template <typename C, int D>
 struct StageLayout {
