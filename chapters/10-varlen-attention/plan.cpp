@@ -16,10 +16,13 @@ namespace pa::ch10 {
 // ANCHOR: item_cost
 // Streaming a KV token costs the same for any number of rows (decode is bound by memory);
 // the tensor-core work grows with the rows once the tile has more than one warp's worth.
-// The fixed part is the item's start: loading its queries, filling the pipeline. A warp
-// item's start costs a quarter of that: a block's four warps start theirs side by side.
+// The fixed part is the item's start: loading its queries, filling the pipeline, a chain of
+// dependent loads worth about 192 tokens of streaming on the H100 (64 priced it too low:
+// NOTES.md, session 23). A warp item's start costs a quarter of that: a block's four warps
+// start theirs side by side.
+constexpr double kItemStart = 192.0;
 double item_cost(int kv_tokens, int rows, bool by_warp) {
-  return kv_tokens * (1.0 + rows / 32.0) + (by_warp ? 16.0 : 64.0);
+  return kv_tokens * (1.0 + rows / 32.0) + (by_warp ? kItemStart / 4 : kItemStart);
 }
 // ANCHOR_END: item_cost
 

@@ -15,10 +15,13 @@ namespace pa::ch10 {
 // ANCHOR: item_cost
 // Streaming a KV token costs the same for any number of rows (decode is bound by memory);
 // the tensor-core work grows with the rows once the tile has more than one warp's worth.
-// The fixed part is the item's start: loading its queries, filling the pipeline. A warp
-// item's start costs a quarter of that: a block's four warps start theirs side by side.
+// The fixed part is the item's start: loading its queries, filling the pipeline, a chain of
+// dependent loads worth about 192 tokens of streaming on the H100 (64 priced it too low:
+// NOTES.md, session 23). A warp item's start costs a quarter of that: a block's four warps
+// start theirs side by side.
+constexpr double kItemStart = 192.0;
 double item_cost(int kv_tokens, int rows, bool by_warp) {
-  return kv_tokens * (1.0 + rows / 32.0) + (by_warp ? 16.0 : 64.0);
+  return kv_tokens * (1.0 + rows / 32.0) + (by_warp ? kItemStart / 4 : kItemStart);
 }
 // ANCHOR_END: item_cost
 
@@ -58,14 +61,14 @@ int chunk_for(int rows, double target_cost) {
   //   target_cost -- one thread block's share of the step --, at least kMinChunk, rounded up
   //   to a multiple of kKvTile.
   // HINT(1): item_cost is linear in the tokens: solve item_cost(c, rows) = target_cost for c.
-  // HINT(2): item_cost(c, rows) = c * (1 + rows / 32) + 64, so c = (target - 64) / (1 +
-  //   rows / 32). Then std::max with kMinChunk and round_up(.., kKvTile).
-  // HINT(3): return round_up(std::max(kMinChunk, int((target_cost - 64.0) / (1.0 + rows /
-  //   32.0))), kKvTile); (with a target under 64 the max keeps kMinChunk; cap the double
-  //   before the int conversion).
+  // HINT(2): item_cost(c, rows) = c * (1 + rows / 32) + kItemStart, so c = (target -
+  //   kItemStart) / (1 + rows / 32). Then std::max with kMinChunk and round_up(.., kKvTile).
+  // HINT(3): return round_up(std::max(kMinChunk, int((target_cost - kItemStart) / (1.0 +
+  //   rows / 32.0))), kKvTile); (with a target under kItemStart the max keeps kMinChunk;
+  //   cap the double before the int conversion).
   // BEGIN SOLUTION
   // STUB: PA_TODO("ch10");
-  const double tokens = std::max(0.0, target_cost - 64.0) / (1.0 + rows / 32.0);
+  const double tokens = std::max(0.0, target_cost - kItemStart) / (1.0 + rows / 32.0);
   return round_up(std::max(kMinChunk, int(std::min(tokens, 1e9))), kKvTile);
   // END SOLUTION
 }
