@@ -3,10 +3,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "block.h"
@@ -79,59 +81,70 @@ void run_blocks(Job& job, int worker, int workers) {
   }
 }
 
-// Persistent workers; the launching thread works too.
+// Persistent workers; the launching thread works too. Each worker waits for its jobs on a
+// lock of its own and reports back on another: a lock that one worker takes after its
+// blocks and another before its blocks would order their blocks for the race detector, and
+// a race between them would pass unseen whenever one worker started late (a busy machine).
 class Pool {
  public:
-  explicit Pool(int workers) {
+  explicit Pool(int workers) : slots_(new Slot[workers - 1]) {
     for (int i = 1; i < workers; ++i) threads_.emplace_back([this, i] { loop(i); });
   }
   ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
+    for (size_t i = 0; i < threads_.size(); ++i) {
+      {
+        std::lock_guard<std::mutex> lock(slots_[i].m);
+        slots_[i].stop = true;
+      }
+      slots_[i].cv.notify_one();
     }
-    cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
   void run(Job& job) {
     {
-      std::lock_guard<std::mutex> lock(m_);
-      job_ = &job;
-      ++generation_;
+      std::lock_guard<std::mutex> lock(done_m_);
       busy_ = static_cast<int>(threads_.size());
     }
-    cv_.notify_all();
+    for (size_t i = 0; i < threads_.size(); ++i) {
+      {
+        std::lock_guard<std::mutex> lock(slots_[i].m);
+        slots_[i].job = &job;
+      }
+      slots_[i].cv.notify_one();
+    }
     run_blocks(job, 0, size());
-    std::unique_lock<std::mutex> lock(m_);
+    std::unique_lock<std::mutex> lock(done_m_);
     done_cv_.wait(lock, [this] { return busy_ == 0; });
-    job_ = nullptr;
   }
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
  private:
+  struct Slot {
+    std::mutex m;
+    std::condition_variable cv;
+    Job* job = nullptr;
+    bool stop = false;
+  };
   void loop(int index) {
-    uint64_t seen = 0;
+    Slot& slot = slots_[index - 1];
     for (;;) {
       Job* job;
       {
-        std::unique_lock<std::mutex> lock(m_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
+        std::unique_lock<std::mutex> lock(slot.m);
+        slot.cv.wait(lock, [&] { return slot.stop || slot.job; });
+        if (slot.stop) return;
+        job = std::exchange(slot.job, nullptr);
       }
       run_blocks(*job, index, size());
-      std::lock_guard<std::mutex> lock(m_);
+      std::lock_guard<std::mutex> lock(done_m_);
       if (--busy_ == 0) done_cv_.notify_one();
     }
   }
+  std::unique_ptr<Slot[]> slots_;  // worker i's at i - 1
   std::vector<std::thread> threads_;
-  std::mutex m_;
-  std::condition_variable cv_, done_cv_;
-  Job* job_ = nullptr;
-  uint64_t generation_ = 0;
+  std::mutex done_m_;
+  std::condition_variable done_cv_;
   int busy_ = 0;
-  bool stop_ = false;
 };
 
 int env_int(const char* name, int fallback, int lo, int hi) {
