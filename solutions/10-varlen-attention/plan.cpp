@@ -61,14 +61,16 @@ int chunk_for(int rows, double target_cost) {
   //   target_cost -- one thread block's share of the step --, at least kMinChunk, rounded up
   //   to a multiple of kKvTile.
   // HINT(1): item_cost is linear in the tokens: solve item_cost(c, rows) = target_cost for c.
-  // HINT(2): item_cost(c, rows) = c * (1 + rows / 32) + kItemStart, so c = (target -
-  //   kItemStart) / (1 + rows / 32). Then std::max with kMinChunk and round_up(.., kKvTile).
-  // HINT(3): return round_up(std::max(kMinChunk, int((target_cost - kItemStart) / (1.0 +
-  //   rows / 32.0))), kKvTile); (with a target under kItemStart the max keeps kMinChunk;
-  //   cap the double before the int conversion).
+  // HINT(2): its fixed part is item_cost(0, rows, false) and one token costs
+  //   item_cost(1, rows, false) minus that, so c = (target - fixed) / per_token. Then
+  //   std::max with kMinChunk and round_up(.., kKvTile).
+  // HINT(3): return round_up(std::max(kMinChunk, int((target_cost - fixed) / per_token)),
+  //   kKvTile); (with a target under the fixed part the max keeps kMinChunk; cap the double
+  //   before the int conversion).
   // BEGIN SOLUTION
   // STUB: PA_TODO("ch10");
-  const double tokens = std::max(0.0, target_cost - kItemStart) / (1.0 + rows / 32.0);
+  const double fixed = item_cost(0, rows, false), per_token = item_cost(1, rows, false) - fixed;
+  const double tokens = std::max(0.0, target_cost - fixed) / per_token;
   return round_up(std::max(kMinChunk, int(std::min(tokens, 1e9))), kKvTile);
   // END SOLUTION
 }
