@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -233,6 +234,35 @@ std::string error_of(F f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Passes when `message` contains `wanted`; on failure prints both:
+//   EXPECT_TRUE(contains_text(msg, "beyond the table's capacity"));
+inline ::testing::AssertionResult contains_text(const std::string& message, const std::string& wanted) {
+  if (message.find(wanted) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the message should contain \"" << wanted
+                                       << "\"\n  actual message: " << message;
+}
+
+// Passes when f throws a pa::Error whose message contains `wanted`. On failure it prints
+// the wanted text and what happened instead: the actual message, "(no error)", or another
+// exception's type and message. The exact wording a test asks for is stated in the TODO
+// (or the API header) of the code that throws.
+//   EXPECT_TRUE(error_contains([&] { a.free(4); }, "unknown block 4"));
+template <typename F>
+::testing::AssertionResult error_contains(F f, const std::string& wanted) {
+  std::string actual;
+  try {
+    f();
+    actual = "(no error)";
+  } catch (const pa::Error& e) {
+    actual = e.what();
+    if (actual.find(wanted) != std::string::npos) return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    actual = std::string("(not a pa::Error, but a std::exception) ") + e.what();
+  }
+  return ::testing::AssertionFailure() << "expected a pa::Error whose message contains \"" << wanted
+                                       << "\"\n  actual message: " << actual;
 }
 
 // Converts reference float values (already exact in T) to T.
