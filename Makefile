@@ -74,7 +74,7 @@ watch-%: configure
 	@bash tools/watch_chapter.sh $(BUILD) $*
 
 progress:
-	@python3 tools/progress.py $(BUILD)
+	@python3 tools/progress.py $(BUILD) $(CHECK_BUILD) $(wildcard build/*/)
 
 test-solution-%: configure
 	@bash tools/run_chapter.sh $(BUILD) solution $*

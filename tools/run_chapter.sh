@@ -88,6 +88,7 @@ else
     fi
 fi
 if [ "$flavor" = chapter ] && [ -z "${PA_NO_PROGRESS:-}" ]; then
-    python3 tools/progress.py "$build" || true
+    # Every build's last run counts (plain, checked, cuda): the newest log decides.
+    python3 tools/progress.py "$build" "$(dirname "$build")"/*/ || true
 fi
 exit "$status"

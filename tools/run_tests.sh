@@ -48,11 +48,11 @@ echo "== make test ($backend backend, build in $build)"
 step "build everything" cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 step "reference self-tests (pytest reference/)" \
     bash -c "cd reference && '$python' -m pytest -q -p no:cacheprovider"
-step "skeleton generator tests (pytest tools/)" \
-    "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py
+step "skeleton generator and progress tests (pytest tools/)" \
+    "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_progress.py
 step "chapters/ is generated from solutions/ and current" \
     "$python" tools/make_skeletons.py --check
-step "golden-case reader (test_common)" "$build/test_common"
+step "golden-case reader, PA_TODO and error messages (test_common)" "$build/test_common"
 if [ "$backend" = cpu ]; then
     for order in forward reverse greedy random:1; do
         step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"

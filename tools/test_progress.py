@@ -1,0 +1,138 @@
+"""Tests for tools/progress.py (make progress). Run: .venv/bin/python -m pytest tools/
+
+Each test makes a fake repository (solutions/NN-*/ directories) and fake build
+directories holding GoogleTest logs, as `make test-chapter-N` (build/cpu) and
+`make check-chapter-N` (build/cpu-check) leave them. Whether the student edited a
+chapter is decided by comparing chapters/ with the generated skeleton; the tests set it
+directly.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS))
+import progress  # noqa: E402
+
+PASSING = """\
+== Chapter 3 (03-block-tables): your code in chapters/03-block-tables
+[==========] 42 tests from 9 test suites ran. (5123 ms total)
+[  PASSED  ] 42 tests.
+"""
+FAILING = """\
+== Chapter 3 (03-block-tables): your code in chapters/03-block-tables
+[  FAILED  ] BlockManager.AppendSlots (3 ms)
+[==========] 42 tests from 9 test suites ran. (5123 ms total)
+[  PASSED  ] 30 tests.
+"""
+CRASHED = """\
+== Chapter 3 (03-block-tables): your code in chapters/03-block-tables
+emu: out-of-bounds write at 0x7f...
+"""
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A fake root with chapters 1-10, none edited; returns (root, plain, checked, edits)."""
+    root = tmp_path / "repo"
+    for n in range(1, 11):
+        (root / "solutions" / f"{n:02d}-chapter").mkdir(parents=True)
+    plain, checked = tmp_path / "build" / "cpu", tmp_path / "build" / "cpu-check"
+    plain.mkdir(parents=True)
+    checked.mkdir(parents=True)
+    edits = set()
+    monkeypatch.setattr(progress, "edited", lambda _root, name: int(name[:2]) in edits)
+    return root, plain, checked, edits
+
+
+def write_log(build, n, text, age=0):
+    """Writes build/test_chNN_chapter.log, `age` seconds in the past."""
+    log = build / f"test_ch{n:02d}_chapter.log"
+    log.write_text(text)
+    t = 1_700_000_000 - age
+    os.utime(log, (t, t))
+    return log
+
+
+def test_a_checked_run_that_passed_counts(repo):
+    # The bug: make progress read build/cpu only, so a chapter that passed in
+    # make check-chapter-3 read "chapters 1-10 not started".
+    root, plain, checked, _ = repo
+    write_log(checked, 3, PASSING)
+    assert progress.line(root, [plain, checked]) == "Progress: chapter 3 done; 1-2, 4-10 not started"
+
+
+def test_an_edited_chapter_after_a_checked_run_is_not_untested(repo):
+    # The bug: after a checked run it said "in progress (tests not run yet)".
+    root, plain, checked, edits = repo
+    edits.add(3)
+    write_log(checked, 3, FAILING)
+    assert progress.state(root, "03-chapter", [plain, checked]) == "in progress (30 of 42 tests pass)"
+
+
+def test_a_passing_chapter_is_done_whether_or_not_its_files_differ(repo):
+    root, plain, checked, edits = repo
+    write_log(plain, 3, PASSING)
+    assert progress.state(root, "03-chapter", [plain, checked]) == "done"
+    edits.add(3)
+    assert progress.state(root, "03-chapter", [plain, checked]) == "done"
+
+
+def test_the_newest_run_decides_plain_or_checked(repo):
+    root, plain, checked, edits = repo
+    edits.add(3)
+    write_log(plain, 3, FAILING, age=100)
+    write_log(checked, 3, PASSING, age=10)
+    assert progress.state(root, "03-chapter", [plain, checked]) == "done"
+    write_log(plain, 3, FAILING, age=1)  # a later plain run broke it again
+    assert progress.state(root, "03-chapter", [plain, checked]) == "in progress (30 of 42 tests pass)"
+
+
+def test_an_untouched_skeleton_is_not_started_even_with_a_failing_run(repo):
+    root, plain, checked, _ = repo
+    write_log(plain, 3, FAILING)  # a skeleton passes some argument checks
+    assert progress.line(root, [plain, checked]) == "Progress: chapters 1-10 not started"
+
+
+def test_edited_but_never_run(repo):
+    root, plain, checked, edits = repo
+    edits.add(4)
+    assert progress.state(root, "04-chapter", [plain, checked]) == "in progress (tests not run yet)"
+
+
+def test_a_run_that_stopped_before_its_summary(repo):
+    root, plain, checked, edits = repo
+    edits.add(3)
+    write_log(plain, 3, PASSING, age=100)
+    write_log(checked, 3, CRASHED, age=1)
+    assert progress.state(root, "03-chapter", [plain, checked]).startswith(
+        "in progress (the last run stopped before its summary")
+
+
+def test_the_whole_line(repo):
+    root, plain, checked, edits = repo
+    edits.update({4, 5})
+    for n in (1, 2, 3):
+        write_log(plain if n != 2 else checked, n, PASSING)
+    write_log(plain, 4, FAILING)
+    assert progress.line(root, [plain, checked]) == (
+        "Progress: chapters 1-3 done; 4 in progress (30 of 42 tests pass); "
+        "5 in progress (tests not run yet); 6-10 not started")
+
+
+def test_summary_counts_skipped_and_tolerates_a_line_without_newline():
+    text = ("[  SKIPPED ] Model.CudaGraphs\n"
+            "emu: a message with no newline[==========] 100 tests from 26 test suites ran. (1 ms total)\n"
+            "[  PASSED  ] 97 tests.\n[  SKIPPED ] 3 tests, listed below:\n")
+    assert progress.summary(text) == (100, 97, 0, 3)
+    assert progress.summary("[  PASSED  ] 1 test.\n") is None  # no "ran" line: crashed
+
+
+def test_the_command_line_needs_a_build_dir():
+    out = subprocess.run([sys.executable, str(TOOLS / "progress.py")], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "usage: progress.py BUILD_DIR" in out.stderr
