@@ -6,6 +6,14 @@
 
 namespace pa::ch03 {
 
+int SlotManager::step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const {
+  PA_REQUIRE(seq_ids.size() == new_tokens.size(),
+             "step_blocks: " << seq_ids.size() << " sequences but " << new_tokens.size() << " token counts");
+  int total = 0;
+  for (size_t i = 0; i < seq_ids.size(); ++i) total += blocks_needed(seq_ids[i], new_tokens[i]);
+  return total;
+}
+
 // ANCHOR: build_batch
 BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
                           const std::vector<int>& new_tokens, int max_blocks_per_seq) {
@@ -17,7 +25,7 @@ BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
              "build_batch: max_blocks_per_seq must be >= 0, got " << max_blocks_per_seq);
   const int bs = manager.block_size();
   // Check everything first, so that a failure changes nothing.
-  int64_t new_blocks = 0, widest = 1;
+  int64_t widest = 1;
   for (size_t i = 0; i < seq_ids.size(); ++i) {
     PA_REQUIRE(new_tokens[i] >= 0, "build_batch: negative token count " << new_tokens[i]
                                                                          << " for sequence "
@@ -27,13 +35,13 @@ BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
     const int64_t len = int64_t(manager.length(seq_ids[i])) + new_tokens[i];
     // A manager may hold blocks past the length (chapter 8's dense policy reserves them).
     const int64_t blocks = std::max<int64_t>((len + bs - 1) / bs, manager.block_list(seq_ids[i]).size());
-    new_blocks += manager.blocks_needed(seq_ids[i], new_tokens[i]);
     widest = std::max(widest, blocks);
     PA_REQUIRE(max_blocks_per_seq == 0 || blocks <= max_blocks_per_seq,
                "build_batch: sequence " << seq_ids[i] << " would hold " << len
                                         << " tokens, beyond the table's capacity of "
                                         << max_blocks_per_seq << " blocks x " << bs);
   }
+  const int new_blocks = manager.step_blocks(seq_ids, new_tokens);
   if (new_blocks > manager.num_free())
     throw ch02::OutOfBlocks("build_batch: the step needs " + std::to_string(new_blocks) +
                             " new blocks, only " + std::to_string(manager.num_free()) +

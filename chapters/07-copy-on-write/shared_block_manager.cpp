@@ -74,6 +74,27 @@ int SharedBlockManager::blocks_needed(int seq_id, int n) const {
   return int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size()))) + (needs_copy(seq_id, n) ? 1 : 0);
 }
 
+int SharedBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const {
+  PA_REQUIRE(seq_ids.size() == new_tokens.size(),
+             "step_blocks: " << seq_ids.size() << " sequences but " << new_tokens.size() << " token counts");
+  std::unordered_map<int, int> owners;  // shared tail -> owners left once earlier appends copied it
+  int total = 0;
+  for (size_t i = 0; i < seq_ids.size(); ++i) {
+    const Sequence& seq = find(seq_ids[i], "step_blocks");
+    const int n = new_tokens[i];
+    const int64_t needed = (int64_t(seq.length) + n + block_size_ - 1) / block_size_;
+    total += int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size())));
+    if (!needs_copy(seq_ids[i], n)) continue;
+    const int tail = seq.blocks.back();
+    int& left = owners.emplace(tail, refcount_[size_t(tail)]).first->second;
+    if (left > 1) {  // the last owner to append writes in place
+      ++total;
+      --left;
+    }
+  }
+  return total;
+}
+
 // ANCHOR: append_slots
 std::vector<int64_t> SharedBlockManager::append_slots(int seq_id, int n) {
   Sequence& seq = find(seq_id, "append_slots");

@@ -36,6 +36,12 @@ class SlotManager {
   virtual int length(int seq_id) const = 0;
   virtual const std::vector<int>& block_list(int seq_id) const = 0;  // physical ids, in order
   virtual std::vector<int64_t> append_slots(int seq_id, int n) = 0;
+  // Blocks a whole step takes: append_slots(seq_ids[i], new_tokens[i]) for each i, in
+  // order. build_batch checks it against num_free() before anything changes, and a
+  // scheduler that plans a step asks the same question, so the two cannot disagree. Here:
+  // the sum of blocks_needed; a manager whose sequences share blocks counts what one
+  // append changes for the next (chapter 7).
+  virtual int step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const;
 };
 // ANCHOR_END: slot_manager
 

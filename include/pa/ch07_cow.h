@@ -46,6 +46,10 @@ class SharedBlockManager : public ch03::SlotManager {
   bool needs_copy(int seq_id, int n) const;
   // Blocks append_slots(seq_id, n) takes: the new ones, plus one for a copy.
   int blocks_needed(int seq_id, int n) const override;
+  // A step's blocks, exactly: of the owners of one shared tail that append in the step, all
+  // but the last copy it (each copy leaves one owner fewer), so a beam forked twice copies
+  // its tail twice, not three times.
+  int step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const override;
   int num_free() const override { return allocator_.num_free(); }
 
   bool has_sequence(int seq_id) const { return seqs_.count(seq_id) != 0; }

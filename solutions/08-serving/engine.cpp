@@ -42,8 +42,7 @@ int Engine::Seq::generated() const { return int(tokens.size()) - group->prompt_l
 
 struct Engine::Scheduled {
   Seq* seq;
-  int n;       // new tokens this step
-  int blocks;  // blocks they may take (copy-on-write included)
+  int n;  // new tokens this step
 };
 
 Engine::Engine(TinyModel& model, const EngineConfig& cfg)
@@ -441,17 +440,39 @@ StepReport Engine::step() {
   }
   std::vector<Scheduled> sched;
   int budget = cfg_.max_tokens_per_step;
-  int reserved = 0;  // blocks the scheduled appends may take
   bool preempted = false;
   int running_seqs = 0;
   for (const Group* g : running_) running_seqs += int(g->seqs.size());
+  // What the step takes so far, plus n tokens of s: the manager's step_blocks, the very
+  // count build_batch checks, so every plan the scheduler makes passes it.
+  auto takes = [&](const Seq* s, int n) {
+    std::vector<int> ids, counts;
+    for (const Scheduled& e : sched) {
+      ids.push_back(e.seq->id);
+      counts.push_back(e.n);
+    }
+    if (s) {
+      ids.push_back(s->id);
+      counts.push_back(n);
+    }
+    return blocks_.step_blocks(ids, counts);
+  };
+  auto fits = [&](const Seq* s, int n) { return takes(s, n) <= blocks_.num_free(); };
+  // Schedules the longest chunk of s's uncomputed tokens that the budget and the free
+  // blocks allow (an admitted request's next token always fits: admission counted it).
   auto add = [&](Seq* s) {
     if (s->parked) return;
-    const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
-    if (n == 0) return;  // all computed: a beam waiting for its siblings, or no budget left
-    const int blocks = blocks_.blocks_needed(s->id, n);
-    sched.push_back({s, n, blocks});
-    reserved += blocks;
+    int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
+    if (n > 0 && !fits(s, n)) {
+      int lo = 0;  // fits(s, lo) holds, fits(s, n) does not
+      while (n - lo > 1) {
+        const int mid = (lo + n) / 2;
+        (fits(s, mid) ? lo : n) = mid;
+      }
+      n = lo;
+    }
+    if (n == 0) return;  // all computed (a beam waiting for its siblings), or no room left
+    sched.push_back({s, n});
     budget -= n;
   };
 
@@ -463,11 +484,10 @@ StepReport Engine::step() {
       if (s->parked) continue;
       const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
       if (n == 0) continue;
-      while (blocks_.blocks_needed(s->id, n) > blocks_.num_free() - reserved) {
+      while (!fits(s, n)) {
         Group* victim = running_.back();
         if (victim == g)  // its sequences scheduled so far give their blocks back too
           while (!sched.empty() && sched.back().seq->group == g) {
-            reserved -= sched.back().blocks;
             budget += sched.back().n;
             sched.pop_back();
           }
@@ -486,7 +506,7 @@ StepReport Engine::step() {
   while (!preempted && !swapped_.empty() && running_seqs + swapped_.front()->width() <= cfg_.max_num_seqs &&
          budget > 0) {
     Group* g = swapped_.front();
-    if (swap_in_blocks(*g) > blocks_.num_free() - reserved) break;
+    if (swap_in_blocks(*g) > blocks_.num_free() - takes(nullptr, 0)) break;
     swapped_.pop_front();
     swap_in(*g);
     running_seqs += int(g->seqs.size());
@@ -520,7 +540,7 @@ StepReport Engine::step() {
       need += want - int(hits[k].size());
     }
     need += int(evictable_hits.size());
-    if (need > blocks_.num_free() - reserved) break;
+    if (need > blocks_.num_free() - takes(nullptr, 0)) break;
     waiting_.pop_front();
     g->rejoin_tokens = shared * bs;
     for (size_t k = 0; k < g->seqs.size(); ++k) {

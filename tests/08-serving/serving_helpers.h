@@ -54,8 +54,7 @@ inline std::map<int, std::vector<int>> run_engine(const ch08::EngineConfig& cfg,
 // forward_dense call. out[b][t] = the logits after tokens 0..t of sequence b, i.e. the
 // distribution that token t + 1 was drawn from.
 inline std::vector<std::vector<std::vector<float>>> dense_logits(
-    const std::vector<std::vector<int>>& seqs) {
-  ch08::TinyModel& model = tiny_model();
+    const std::vector<std::vector<int>>& seqs, ch08::TinyModel& model = tiny_model()) {
   const ch08::ModelConfig& c = model.config();
   const int B = int(seqs.size());
   int longest = 1;
