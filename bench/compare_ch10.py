@@ -13,10 +13,16 @@ flashinfer-baselines.csv (bench_flashinfer.py), and writes
                        SDPA's and FlashInfer's best, from FILE-flops.csv of both runs;
   ch10-ladder.md       if RESULTS_DIR/ch10-ladder/vN-NAME.csv exist (one bench_ch10 run per
                        kernel version): chapter 10's % of the read ceiling (TFLOP/s for the
-                       prefill chunks) per version, side by side.
+                       prefill chunks) per version, side by side;
+  ch10-ladder-N.md     the same ladder cut into narrow tables, one per stage of the story
+                       (LADDER_GROUPS), each opening with the previous stage's last version;
+  ch10-targets.md      issue 12's targets beside this run's results, met or missed;
+  ch10-numbers.md      the few numbers the chapter's prose quotes, as mdBook anchors
+                       ({{#include ch10-numbers.md:mqa}}), so that a new run changes the prose too.
 Nothing is typed in: every number comes from the CSV files.
 """
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -114,6 +120,131 @@ def ladder(files):
     return out
 
 
+# The ladder's stages, by major version: the appendix "How these kernels got fast" gives
+# each its own table, narrow enough for the book's column.
+LADDER_GROUPS = [(0, 1, 2, 3), (4,), (5,), (6,), (7, 8, 9)]
+
+
+def version_key(stem):
+    """'v4.2-shifts-...' -> (4, 2), for sorting and grouping."""
+    tag = stem.split("-", 1)[0][1:]
+    major, _, minor = tag.partition(".")
+    return int(major), int(minor or 0)
+
+
+def ladder_groups(files):
+    """The ladder as one narrow table per stage; a stage's table opens with the previous
+    stage's last version, so that each shows what its versions changed."""
+    files = sorted(files, key=lambda f: version_key(f.stem))
+    tables, previous = [], None
+    for majors in LADDER_GROUPS:
+        group = [f for f in files if version_key(f.stem)[0] in majors]
+        if not group:
+            continue
+        shown = ([previous] if previous else []) + group
+        table = ladder(shown)
+        tags = [f.stem.split("-", 1)[0] for f in shown]
+        table[0] = "| case | " + " | ".join(tags) + " |"
+        # The prefill rows carry their unit in the case column, not in every cell.
+        table = [line.replace(" TFLOP/s |", " |") for line in table]
+        table = [re.sub(r"^\| (32/8 chunk [^|]*)\|", r"| \1(TFLOP/s) |", line) for line in table]
+        tables.append(table)
+        previous = group[-1]
+    return tables
+
+
+def pick(rows_, kernel, shape):
+    for r in rows_:
+        if r["kernel"] == kernel and r["shape"] == shape:
+            return r
+    return None
+
+
+LONG_SHAPES = ["32/8/32/4096", "32/8/8/32768", "32/8/128/1024", "32/32/32/4096"]
+SHORT_SHAPE = "32/8/64/32"
+MQA_SHAPE = "32/1/32/4096"
+RAGGED_32K = "32/8 ragged 1x32768+63x256"
+
+
+def targets(decode, flops, baselines, baseline_flops):
+    """Issue 12's targets (chapter 10's "What good looks like"), each beside this run."""
+    ch10 = [r for r in decode if r["kernel"] == "ch10 varlen"]
+    ch10_fp8 = [r for r in decode if r["kernel"] == "ch10 varlen e4m3"]
+    fi_best = {}
+    for r in baselines:  # FlashInfer's best: a decode, a prefill wrapper, or both in two launches
+        if r["kernel"] in ("FlashInfer decode (best)", "FlashInfer prefill (best)",
+                           "FlashInfer prefill + decode wrappers (2 launches)"):
+            if r["shape"] not in fi_best or float(r["us"]) < float(fi_best[r["shape"]]["us"]):
+                fi_best[r["shape"]] = r
+    fi_fp8 = {r["shape"]: r for r in baselines if r["kernel"] == "FlashInfer decode e4m3 (tensor cores)"}
+    pct = lambda r: f"{float(r['pct']):.1f}%"
+    met = lambda n, total: f"{n} of {total}"
+    # A ratio that rounds to the target at the precision it is stated in counts as met.
+    out = ["| target (issue 12; H100, the same run) | result | met |", "|---|---|---|"]
+
+    long_rows = [pick(ch10, "ch10 varlen", s) for s in LONG_SHAPES]
+    long_rows = [r for r in long_rows if r]
+    out.append("| decode, the four long standard shapes: at least 95% of the read ceiling | "
+               + ", ".join(f"{r['shape']} {pct(r)}" for r in long_rows) + " | "
+               + met(sum(float(r["pct"]) >= 95 for r in long_rows), len(long_rows)) + " |")
+    ragged = [r for r in ch10 if "ragged" in r["shape"]]
+    out.append("| every ragged batch: at least 90% | "
+               + ", ".join(f"{r['shape'].replace('32/8 ragged ', '')} {pct(r)}" for r in ragged) + " | "
+               + met(sum(float(r["pct"]) >= 90 for r in ragged), len(ragged)) + " |")
+    vs = [(r, float(fi_best[r["shape"]]["us"]) / float(r["us"])) for r in ch10
+          if r["shape"] in fi_best and "mixed" not in r["shape"]]
+    if vs:
+        low = sorted(vs, key=lambda x: x[1])[:3]
+        out.append("| every decode and verification case: at least 1.0x FlashInfer's best mode | "
+                   f"{min(x for _, x in vs):.2f}x to {max(x for _, x in vs):.2f}x; lowest: "
+                   + ", ".join(f"{r['shape']} {x:.2f}x" for r, x in low) + " | "
+                   + met(sum(x >= 0.995 for _, x in vs), len(vs)) + " |")
+    short = pick(ch10, "ch10 varlen", SHORT_SHAPE)
+    if short:
+        fi = fi_best.get(SHORT_SHAPE)
+        out.append(f"| the short batch ({SHORT_SHAPE}): at most 7 us | {float(short['us']):.1f} us"
+                   + (f" (FlashInfer {float(fi['us']):.1f} us)" if fi else "") + " | "
+                   + ("yes" if float(short["us"]) <= 7 else "no") + " |")
+    fp8 = [(r, float(fi_fp8[r["shape"]]["us"]) / float(r["us"])) for r in ch10_fp8 if r["shape"] in fi_fp8]
+    if fp8:
+        out.append("| e4m3 cache: at least 1.2x FlashInfer's e4m3 decode, every case | "
+                   f"{min(x for _, x in fp8):.2f}x to {max(x for _, x in fp8):.2f}x | "
+                   + met(sum(x >= 1.195 for _, x in fp8), len(fp8)) + " |")
+    flash = {r["shape"]: r for r in baseline_flops if r["kernel"] == "torch SDPA (dense, flash, causal)"}
+    chunks = [(r, float(r["tflops"]) / float(flash[r["shape"]]["tflops"])) for r in flops
+              if r["kernel"] == "ch10 varlen" and " chunk " in r["shape"] and r["shape"] in flash]
+    if chunks:
+        low = min(chunks, key=lambda x: x[1])
+        out.append("| prefill chunks: at least 70% of dense flash SDPA's TFLOP/s | "
+                   f"{min(x for _, x in chunks):.0%} to {max(x for _, x in chunks):.0%}; lowest: "
+                   f"{low[0]['shape']} | " + met(sum(x >= 0.695 for _, x in chunks), len(chunks)) + " |")
+    return out
+
+
+def numbers(decode, baselines):
+    """Sentence pieces for the chapter's prose, one mdBook anchor each."""
+    fi_best = {r["shape"]: r for r in baselines if r["kernel"] == "FlashInfer decode (best)"}
+    us = lambda r: f"{float(r['us']):.1f} µs"
+    out = []
+
+    def anchor(name, text):
+        out.extend([f"ANCHOR: {name}", text, f"ANCHOR_END: {name}"])
+
+    for shape, name in ((RAGGED_32K, "ragged"), (MQA_SHAPE, "mqa"), (SHORT_SHAPE, "short")):
+        r10, r9 = pick(decode, "ch10 varlen", shape), pick(decode, "ch09 tensor_core", shape)
+        fi = fi_best.get(shape)
+        if not r10:
+            continue
+        text = f"{us(r10)}, {float(r10['pct']):.0f}% of the read ceiling"
+        if r9:
+            text += f" (chapter 9's `tensor_core`: {us(r9)}, {float(r9['pct']):.0f}%"
+            text += f"; FlashInfer's best: {us(fi)})" if fi else ")"
+        anchor(name, text)
+        if r9:
+            anchor(name + "-ch09", f"{us(r9)}, {float(r9['pct']):.0f}% of the read ceiling")
+    return out
+
+
 def main(argv):
     d = Path(argv[1]) if len(argv) > 1 else Path("bench/results")
     decode = rows(d / "ch10-varlen.csv")
@@ -132,8 +263,14 @@ def main(argv):
     versions = sorted(p for p in (d / "ch10-ladder").glob("v*.csv") if not p.stem.endswith("-flops"))
     if versions:
         (d / "ch10-ladder.md").write_text("\n".join(ladder(versions)) + "\n")
-    print(f"wrote {d / 'ch10-varlen.md'}, {d / 'ch10-vs-baselines.md'}, {d / 'ch10-prefill-vs-baselines.md'}"
-          + (f" and {d / 'ch10-ladder.md'}" if versions else ""))
+        for i, table in enumerate(ladder_groups(versions), 1):
+            (d / f"ch10-ladder-{i}.md").write_text("\n".join(table) + "\n")
+    (d / "ch10-targets.md").write_text(
+        "\n".join(targets(decode, flops, baselines, baseline_flops)) + "\n")
+    (d / "ch10-numbers.md").write_text("\n".join(numbers(decode, baselines)) + "\n")
+    print(f"wrote {d / 'ch10-varlen.md'}, {d / 'ch10-vs-baselines.md'}, {d / 'ch10-prefill-vs-baselines.md'}, "
+          f"{d / 'ch10-targets.md'}, {d / 'ch10-numbers.md'}"
+          + (f" and {d / 'ch10-ladder.md'} (and its parts)" if versions else ""))
 
 
 if __name__ == "__main__":
