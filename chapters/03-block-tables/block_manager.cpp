@@ -51,7 +51,8 @@ std::vector<int64_t> BlockManager::append_slots(int seq_id, int n) {
   //   block_size] * block_size + p % block_size (64-bit). The block list grows by exactly the
   //   blocks needed to hold length + n tokens, allocated in order; the length grows by n. If
   //   the pool cannot supply them, throw ch02::OutOfBlocks and change nothing (no block
-  //   taken, length unchanged). n = 0 is allowed.
+  //   taken, length unchanged); its message contains "needs M more blocks, only F are free"
+  //   (M the blocks missing, F = allocator_.num_free()). n = 0 is allowed.
   PA_TODO("ch03");
 }
 // ANCHOR_END: append_slots

@@ -50,13 +50,14 @@ std::vector<int64_t> BlockManager::append_slots(int seq_id, int n) {
   //   block_size] * block_size + p % block_size (64-bit). The block list grows by exactly the
   //   blocks needed to hold length + n tokens, allocated in order; the length grows by n. If
   //   the pool cannot supply them, throw ch02::OutOfBlocks and change nothing (no block
-  //   taken, length unchanged). n = 0 is allowed.
+  //   taken, length unchanged); its message contains "needs M more blocks, only F are free"
+  //   (M the blocks missing, F = allocator_.num_free()). n = 0 is allowed.
   // HINT(1): Check, then allocate: count the missing blocks before taking any.
   //   allocator_.num_free() says how many the pool can still give.
   // HINT(2): needed = ceil((length + n) / block_size) blocks in all, missing = needed -
-  //   blocks.size(). If missing > allocator_.num_free(), throw ch02::OutOfBlocks with a
-  //   message. Otherwise push_back(allocator_.allocate()) missing times, compute the slots of
-  //   positions seq.length + i, then seq.length += n.
+  //   blocks.size(). If missing > allocator_.num_free(), throw ch02::OutOfBlocks with the
+  //   message the TODO states. Otherwise push_back(allocator_.allocate()) missing times,
+  //   compute the slots of positions seq.length + i, then seq.length += n.
   // HINT(3): make room for n tokens at positions length .. length + n - 1.
   //   1. Blocks needed in all: ceil((length + n) / block_size). If the allocator has fewer
   //      free blocks than the new ones needed, throw ch02::OutOfBlocks BEFORE allocating

@@ -9,6 +9,7 @@ namespace {
 
 using pa::ch02::PoolShape;
 using pa::test::GoldenCase;
+using pa::test::contains_text;
 
 PoolShape pool_shape_of(const GoldenCase& c) {
   return PoolShape{int(c.param_int("num_blocks")), int(c.param_int("block_size")),
@@ -81,9 +82,9 @@ TEST(ReshapeErrors, BadPoolShapesAreRefused) {
       pa::ch02::reshape_and_cache<float>(s, buf.get(), buf.get(), 1, buf.get(), buf.get(), slots.get());
     });
   };
-  EXPECT_NE(err({4, 12, 2, 64}).find("block_size 12 is not supported"), std::string::npos);
-  EXPECT_NE(err({4, 16, 2, 72}).find("head_size 72 is not supported"), std::string::npos);
-  EXPECT_NE(err({0, 16, 2, 64}).find("num_blocks must be positive"), std::string::npos);
+  EXPECT_TRUE(contains_text(err({4, 12, 2, 64}), "block_size 12 is not supported"));
+  EXPECT_TRUE(contains_text(err({4, 16, 2, 72}), "head_size 72 is not supported"));
+  EXPECT_TRUE(contains_text(err({0, 16, 2, 64}), "num_blocks must be positive"));
 }
 
 }  // namespace

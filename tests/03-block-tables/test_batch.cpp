@@ -37,7 +37,7 @@ INSTANTIATE_TEST_SUITE_P(Ch03, BatchGolden,
                          ::testing::ValuesIn(pa::test::golden_case_names("ch03", "batch_")),
                          [](const auto& info) { return info.param; });
 
-using pa::test::error_of;
+using pa::test::error_contains;
 
 TEST(Batch, AFailedBuildChangesNothing) {
   BlockManager m(3, 8);
@@ -49,12 +49,10 @@ TEST(Batch, AFailedBuildChangesNothing) {
   EXPECT_EQ(m.length(0), 8);
   EXPECT_EQ(m.length(1), 0);
   EXPECT_EQ(m.allocator().num_free(), 2);
-  EXPECT_NE(error_of([&] { pa::ch03::build_batch(m, {0}, {9}, 1); }).find("beyond the table's capacity"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { pa::ch03::build_batch(m, {0, 0}, {1, 1}); }).find("appears twice"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { pa::ch03::build_batch(m, {0}, {-1}); }).find("negative token count"),
-            std::string::npos);
+  EXPECT_TRUE(error_contains([&] { pa::ch03::build_batch(m, {0}, {9}, 1); },
+                             "beyond the table's capacity"));
+  EXPECT_TRUE(error_contains([&] { pa::ch03::build_batch(m, {0, 0}, {1, 1}); }, "appears twice"));
+  EXPECT_TRUE(error_contains([&] { pa::ch03::build_batch(m, {0}, {-1}); }, "negative token count"));
   EXPECT_EQ(m.length(0), 8);
 }
 
@@ -67,22 +65,20 @@ TEST(Batch, ValidateNamesTheBadEntry) {
   md.validate(4, 8);  // a good one
   auto bad = md;
   bad.block_table[2] = 4;
-  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("block_table[1][0] = 4 is not a block"),
-            std::string::npos);
+  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "block_table[1][0] = 4 is not a block"));
   bad = md;
   bad.context_lens[1] = 17;
-  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("context_len 17 of sequence 1 is beyond"),
-            std::string::npos);
+  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); },
+                             "context_len 17 of sequence 1 is beyond"));
   bad = md;
   bad.context_lens[0] = -2;
-  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("negative length -2"), std::string::npos);
+  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "negative length -2"));
   bad = md;
   bad.context_lens[1] = 9;  // needs the padding entry
-  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("block_table[1][1] = -1"), std::string::npos);
+  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "block_table[1][1] = -1"));
   bad = md;
   bad.slot_mapping = {3, 32};
-  EXPECT_NE(error_of([&] { bad.validate(4, 8); }).find("slot_mapping[1] = 32 is outside"),
-            std::string::npos);
+  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "slot_mapping[1] = 32 is outside"));
 }
 
 }  // namespace
