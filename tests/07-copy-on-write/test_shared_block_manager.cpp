@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 
 #include "compare.h"
 #include "golden.h"
@@ -16,6 +17,18 @@ using pa::ch07::SharedBlockManager;
 using pa::test::GoldenCase;
 
 enum Op { kAdd = 0, kAppend = 1, kRelease = 2, kFork = 3 };
+
+// An operation as a failure names it: "append_slots(seq 3, 5)", "fork(seq 1 -> seq 4)".
+std::string op_text(int kind, int seq, int n, int parent) {
+  const std::string s = std::to_string(seq);
+  switch (kind) {
+    case kAdd: return "add_sequence(seq " + s + ")";
+    case kAppend: return "append_slots(seq " + s + ", " + std::to_string(n) + ")";
+    case kRelease: return "release(seq " + s + ")";
+    case kFork: return "fork(seq " + std::to_string(parent) + " -> seq " + s + ")";
+  }
+  return "operation kind " + std::to_string(kind) + " (seq " + s + ")";
+}
 
 class ScriptGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -29,21 +42,26 @@ TEST_P(ScriptGolden, ReplayMatchesReferenceModel) {
   const auto copies = c.get<int>("expect_copies");  // [K, 2]
   size_t next_slot = 0, next_copy = 0;
   for (size_t i = 0; i < kind.size(); ++i) {
-    SCOPED_TRACE("operation " + std::to_string(i));
-    if (kind[i] == kAdd) m.add_sequence(seq[i]);
-    if (kind[i] == kRelease) m.release(seq[i]);
-    if (kind[i] == kFork) m.fork(parent[i], seq[i]);
-    if (kind[i] == kAppend) {
-      if (error[i]) {
-        const int before = m.length(seq[i]);
-        ASSERT_THROW(m.append_slots(seq[i], n[i]), pa::ch02::OutOfBlocks);
-        ASSERT_EQ(m.length(seq[i]), before);
-      } else {
-        for (int64_t s : m.append_slots(seq[i], n[i])) {
-          ASSERT_EQ(s, slots[next_slot++]);
-          ASSERT_EQ(m.refcount(int(s / m.block_size())), 1) << "a write into a shared block";
+    const std::string what = op_text(kind[i], seq[i], n[i], parent[i]);
+    SCOPED_TRACE("operation " + std::to_string(i) + " of the script: " + what);
+    try {
+      if (kind[i] == kAdd) m.add_sequence(seq[i]);
+      if (kind[i] == kRelease) m.release(seq[i]);
+      if (kind[i] == kFork) m.fork(parent[i], seq[i]);
+      if (kind[i] == kAppend) {
+        if (error[i]) {
+          const int before = m.length(seq[i]);
+          ASSERT_THROW(m.append_slots(seq[i], n[i]), pa::ch02::OutOfBlocks);
+          ASSERT_EQ(m.length(seq[i]), before);
+        } else {
+          for (int64_t s : m.append_slots(seq[i], n[i])) {
+            ASSERT_EQ(s, slots[next_slot++]);
+            ASSERT_EQ(m.refcount(int(s / m.block_size())), 1) << "a write into a shared block";
+          }
         }
       }
+    } catch (const std::exception& e) {
+      FAIL() << what << " threw: " << e.what();
     }
     const auto made = m.take_copies();
     ASSERT_EQ(int(made.size()), copy_counts[i]);
@@ -74,58 +92,111 @@ INSTANTIATE_TEST_SUITE_P(Ch07, ScriptGolden,
                          [](const auto& info) { return info.param; });
 
 // Thousands of random fork / append / release steps against a model that copies on fork.
+// Released ids are used again (by add_sequence and as fork children), so a release that
+// leaves anything of the sequence behind shows up. A failure names the step and its
+// operation.
 TEST(SharedBlockManager, InvariantsHoldUnderRandomInterleavings) {
   for (int bs : {8, 16}) {
     std::mt19937 rng(50 + bs);
     SharedBlockManager m(64, bs);
     std::map<int, std::vector<int64_t>> logical;  // the model: each sequence's slots, unshared
-    int next_id = 0;
+    std::set<int> released;                       // ids released and not yet used again
+    int next_id = 0, recycled = 0;
+    // A released id again half of the time, else a new one.
+    auto new_id = [&] {
+      if (!released.empty() && rng() % 2 == 0) {
+        const int id = *std::next(released.begin(), rng() % released.size());
+        released.erase(id);
+        ++recycled;
+        return id;
+      }
+      return next_id++;
+    };
+    auto where = [&](int step, const std::string& what) {
+      return "block_size " + std::to_string(bs) + ", step " + std::to_string(step) + ": " + what;
+    };
     for (int step = 0; step < 6000; ++step) {
       const int op = int(rng() % 10);
-      if (logical.empty() || op == 0) {
-        m.add_sequence(next_id);
-        logical[next_id++] = {};
-      } else if (op == 1 && logical.size() < 12) {
-        auto it = std::next(logical.begin(), rng() % logical.size());
-        m.fork(it->first, next_id);
-        logical[next_id++] = it->second;
-      } else if (op == 2) {
-        auto it = std::next(logical.begin(), rng() % logical.size());
-        m.release(it->first);
-        logical.erase(it);
-      } else {
-        auto it = std::next(logical.begin(), rng() % logical.size());
-        const int n = op == 3 ? int(rng() % (2 * bs + 2)) : 1;
-        try {
-          const auto got = m.append_slots(it->first, n);
-          for (int64_t s : got) ASSERT_EQ(m.refcount(int(s / bs)), 1) << "a write into a shared block";
-          // Copy-on-write moved the tail: the model's slots of that block move with it.
-          for (const auto& cp : m.take_copies())
-            for (int64_t& s : it->second)
-              if (s / bs == cp.src) s = int64_t(cp.dst) * bs + s % bs;
-          it->second.insert(it->second.end(), got.begin(), got.end());
-        } catch (const pa::ch02::OutOfBlocks&) {
-          ASSERT_EQ(m.length(it->first), int(it->second.size()));
-          ASSERT_TRUE(m.take_copies().empty()) << "a failed append left a copy behind";
+      std::string what;  // the operation, as a failure names it
+      try {
+        if (logical.empty() || op == 0) {
+          const int id = new_id();
+          what = op_text(kAdd, id, 0, 0);
+          SCOPED_TRACE(where(step, what));
+          m.add_sequence(id);
+          ASSERT_EQ(m.length(id), 0) << "a new sequence starts empty";
+          ASSERT_TRUE(m.block_list(id).empty()) << "a new sequence holds no block";
+          logical[id] = {};
+        } else if (op == 1 && logical.size() < 12) {
+          auto it = std::next(logical.begin(), rng() % logical.size());
+          const int child = new_id();
+          what = op_text(kFork, child, 0, it->first);
+          SCOPED_TRACE(where(step, what));
+          m.fork(it->first, child);
+          ASSERT_EQ(m.block_list(child), m.block_list(it->first)) << "a child shares its parent's blocks";
+          logical[child] = it->second;
+        } else if (op == 2) {
+          auto it = std::next(logical.begin(), rng() % logical.size());
+          const int id = it->first;
+          what = op_text(kRelease, id, 0, 0);
+          SCOPED_TRACE(where(step, what));
+          const std::vector<int> blocks = m.block_list(id);
+          int last_owner = 0;  // blocks whose only owner this sequence is
+          for (int b : blocks) last_owner += m.refcount(b) == 1;
+          const int free_before = m.allocator().num_free();
+          m.release(id);
+          // The sequence is gone; the blocks only it held came back, the shared ones stay.
+          ASSERT_FALSE(m.has_sequence(id)) << "a released sequence must be forgotten";
+          ASSERT_EQ(m.allocator().num_free(), free_before + last_owner)
+              << last_owner << " of its " << blocks.size() << " blocks had no other owner";
+          logical.erase(it);
+          released.insert(id);
+        } else {
+          auto it = std::next(logical.begin(), rng() % logical.size());
+          const int n = op == 3 ? int(rng() % (2 * bs + 2)) : 1;
+          what = op_text(kAppend, it->first, n, 0);
+          SCOPED_TRACE(where(step, what));
+          try {
+            const auto got = m.append_slots(it->first, n);
+            ASSERT_EQ(got.size(), size_t(n));
+            for (int64_t s : got) ASSERT_EQ(m.refcount(int(s / bs)), 1) << "a write into a shared block";
+            // Copy-on-write moved the tail: the model's slots of that block move with it.
+            for (const auto& cp : m.take_copies())
+              for (int64_t& s : it->second)
+                if (s / bs == cp.src) s = int64_t(cp.dst) * bs + s % bs;
+            it->second.insert(it->second.end(), got.begin(), got.end());
+          } catch (const pa::ch02::OutOfBlocks&) {
+            ASSERT_EQ(m.length(it->first), int(it->second.size())) << "a failed append changed the length";
+            ASSERT_TRUE(m.take_copies().empty()) << "a failed append left a copy behind";
+            what += " (out of blocks)";
+          }
         }
+      } catch (const std::exception& e) {
+        FAIL() << where(step, what) << " threw: " << e.what();
       }
+      SCOPED_TRACE(where(step, "after " + what));
       // Counts equal the owners; never negative; free exactly when unowned; every
-      // sequence's list maps its positions to the slots the model expects.
+      // sequence's list maps its positions to the slots the model expects; released
+      // sequences stay gone.
       std::map<int, int> owners;
       for (const auto& [id, slots] : logical) {
+        ASSERT_TRUE(m.has_sequence(id)) << "sequence " << id;
         const auto& blocks = m.block_list(id);
-        ASSERT_EQ(m.length(id), int(slots.size()));
-        ASSERT_EQ(int(blocks.size()), (int(slots.size()) + bs - 1) / bs);
+        ASSERT_EQ(m.length(id), int(slots.size())) << "sequence " << id;
+        ASSERT_EQ(int(blocks.size()), (int(slots.size()) + bs - 1) / bs) << "sequence " << id;
         for (int b : blocks) ++owners[b];
         for (size_t p = 0; p < slots.size(); ++p)
-          ASSERT_EQ(slots[p], int64_t(blocks[p / bs]) * bs + int64_t(p % bs));
+          ASSERT_EQ(slots[p], int64_t(blocks[p / bs]) * bs + int64_t(p % bs))
+              << "sequence " << id << ", position " << p;
       }
+      for (int id : released) ASSERT_FALSE(m.has_sequence(id)) << "released sequence " << id;
       for (int b = 0; b < m.num_blocks(); ++b) {
         const int want = owners.count(b) ? owners[b] : 0;
         ASSERT_EQ(m.refcount(b), want) << "block " << b;
         ASSERT_EQ(m.allocator().is_allocated(b), want > 0) << "block " << b;
       }
     }
+    EXPECT_GT(recycled, 50) << "the interleaving should use released ids again";
     for (const auto& [id, slots] : logical) m.release(id);
     EXPECT_EQ(m.allocator().num_free(), 64) << "every block must be freed exactly once";
   }
@@ -134,10 +205,10 @@ TEST(SharedBlockManager, InvariantsHoldUnderRandomInterleavings) {
 TEST(SharedBlockManager, BadCallsAreRefused) {
   SharedBlockManager m(4, 16);
   m.add_sequence(1);
-  EXPECT_NE(pa::test::error_of([&] { m.fork(2, 3); }).find("unknown sequence 2"), std::string::npos);
-  EXPECT_NE(pa::test::error_of([&] { m.fork(1, 1); }).find("already exists"), std::string::npos);
-  EXPECT_NE(pa::test::error_of([&] { m.append_slots(1, -1); }).find("negative token count"),
-            std::string::npos);
+  using pa::test::error_contains;
+  EXPECT_TRUE(error_contains([&] { m.fork(2, 3); }, "unknown sequence 2"));
+  EXPECT_TRUE(error_contains([&] { m.fork(1, 1); }, "already exists"));
+  EXPECT_TRUE(error_contains([&] { m.append_slots(1, -1); }, "negative token count"));
 }
 
 }  // namespace
