@@ -89,6 +89,7 @@ else
 fi
 if [ "$flavor" = chapter ] && [ -z "${PA_NO_PROGRESS:-}" ]; then
     # Every build's last run counts (plain, checked, cuda): the newest log decides.
-    python3 tools/progress.py "$build" "$(dirname "$build")"/*/ || true
+    top=$(dirname "$build")
+    python3 tools/progress.py "$build" "$top/cpu" "$top/cuda" "$top/cpu-check" || true
 fi
 exit "$status"
