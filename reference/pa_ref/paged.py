@@ -96,6 +96,14 @@ def blocks_for(num_tokens, block_size):
     return -(-num_tokens // block_size)
 
 
+def token_slot(block_list, position, block_size):
+    """The slot of token `position` of a sequence whose blocks are block_list (in order):
+    logical block position // block_size is physical block block_list[that], at offset
+    position % block_size; slot = physical block * block_size + offset."""
+    logical, offset = divmod(position, block_size)
+    return block_list[logical] * block_size + offset
+
+
 def paged_gather(k_pool, v_pool, block_table, context_lens, max_seq_len):
     """Copy each sequence's tokens out of the pools into a dense cache.
 
