@@ -66,6 +66,13 @@ sed -n '/^The planner alone/,$p' "$gen/ch10-tour.txt" > "$gen/ch10-worked-exampl
 cmake --build "$build" --target serve > /dev/null
 "$build/demo/serve" --quiet > "$gen/ch08-serve.txt"
 
+# The explanatory figures (layouts, block tables, lane maps, schedules), drawn from the
+# reference's own index functions (book/figures/figures.py). Their test first: it checks
+# each figure's highlighted cells against pa_ref's offsets, so a drifted figure stops here.
+"$python" -m pytest -q -p no:cacheprovider book/figures > "$build/figures-test.log" 2>&1 ||
+    { cat "$build/figures-test.log"; echo "build_book.sh: book/figures/test_figures.py failed"; exit 1; }
+"$python" book/figures/figures.py "$gen/figures"
+
 # The decode-kernel plot, drawn from the CSV files the H100 benchmarks wrote.
 "$python" bench/plot.py "$gen/decode-bench.svg" bench/results/ch01-dense.csv \
     bench/results/ch04-paged-attention.csv
