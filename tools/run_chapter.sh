@@ -57,12 +57,39 @@ if ! cmake --build "$build" --target "$target" > "$build/$target.build.log" 2>&1
 fi
 
 log="$build/$target.log"
-"$build/$target" --gtest_brief=1 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+state="$build/$target.state"
+# GoogleTest's full output, shown as --gtest_brief=1 would show it (failures and the
+# summary), while counting the tests that start, pass, fail and skip: if the program dies
+# mid-test (a crash), the summary below still says how far it got and which test it was in.
+# (The program's exit status goes through a file: bash's own "Segmentation fault" line for
+# it, which would print the whole pipeline, goes to /dev/null.)
+{ "$build/$target" 2>&1; echo $? > "$state.status"; } 2>/dev/null | awk -v state="$state" '
+    function show(line) {
+        if (blank) print ""
+        blank = 0
+        print line
+        fflush()
+    }
+    /^$/                                { blank = 1; next }
+    /^\[ RUN      \] /                  { running = substr($0, 14); started++; blank = 0; next }
+    /^\[       OK \] /                  { passed++; running = ""; blank = 0; next }
+    !done && /^\[  SKIPPED \] /          { skipped++; running = ""; blank = 0; next }
+    !done && /^\[  FAILED  \] /          { failed++; running = ""; show($0); next }
+    /^\[----------\]/ || /^\[==========\] Running / || /^\[ DISABLED \] / { blank = 0; next }
+    /^\[==========\] .* ran\./          { done = 1; show($0); next }
+    done && /^\[  SKIPPED \] [0-9]+ tests?, listed below:/ { sub(/, listed below:/, "."); show($0); next }
+    done && (/^\[  FAILED  \] / || /^\[  SKIPPED \] / || /^ *[0-9]+ FAILED TESTS?$/) { blank = 0; next }
+    { show($0) }
+    END { printf "%d %d %d %d %s\n", started, passed, failed, skipped, running > state }
+' | tee "$log"
+status=$(cat "$state.status" 2>/dev/null || echo 1)
+read -r started ok_seen failed_seen skipped_seen running < "$state" 2>/dev/null || started=0
+rm -f "$state" "$state.status"
 # GoogleTest's closing summary: "[==========] N tests ... ran", "[  PASSED  ] P tests." and
-# "[  SKIPPED ] S tests." (--gtest_brief leaves out the FAILED count: it is the rest).
+# "[  SKIPPED ] S tests." (the brief form leaves out the FAILED count: it is the rest).
 count() { sed -nE "s/^\[  $1 *\] ([0-9]+) tests?[.,].*/\1/p" "$log" | tail -n 1; }
 total=$(sed -nE 's/^\[=+\] ([0-9]+) tests? from .* ran.*/\1/p' "$log" | tail -n 1)
+finished=$([ -n "$total" ] && echo 1 || echo 0)
 passed=$(count PASSED) skipped=$(count SKIPPED)
 total=${total:-0} passed=${passed:-0} skipped=${skipped:-0}
 failed=$((total - passed - skipped))
@@ -75,8 +102,21 @@ if [ "$status" = 0 ]; then
         echo "== Chapter $((10#$num)): $passed of $total tests pass$skip_note, none fail."
     fi
 else
-    echo "== Chapter $((10#$num)): $passed of $total tests pass, $failed fail$skip_note.$([ "$flavor" = chapter ] && echo ' (Red is expected until the exercises are done.)')"
-    [ "$total" = 0 ] && echo "   No test ran: the test program crashed or was interrupted (log: $log)."
+    if [ "$finished" = 1 ]; then
+        echo "== Chapter $((10#$num)): $passed of $total tests pass, $failed fail$skip_note.$([ "$flavor" = chapter ] && echo ' (Red is expected until the exercises are done.)')"
+    else
+        # No summary: the program died (a crash, a kill) or was interrupted mid-run.
+        how_died="exit status $status"
+        [ "$status" -gt 128 ] && how_died="signal $(kill -l $((status - 128)) 2>/dev/null || echo $((status - 128)))"
+        if [ "${started:-0}" = 0 ]; then
+            echo "== Chapter $((10#$num)): no test ran: the test program stopped ($how_died) before its first test (log: $log)."
+        else
+            echo "== Chapter $((10#$num)): the test program stopped ($how_died) during ${running:-a test}, its test number $started."
+            echo "   Before it, $ok_seen passed and $failed_seen failed$([ "${skipped_seen:-0}" != 0 ] && echo " ($skipped_seen skipped)"); the tests after it did not run."
+            echo "   What it printed last is above (log: $log). That test alone:"
+            echo "     $build/$target --gtest_filter='${running:-*}'"
+        fi
+    fi
     if [ "$flavor" = mine ]; then
         echo "   make test-chapter-N for each earlier chapter says which one is not done yet."
     fi

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "crash_report.h"
 #include "race_check.h"
 
 thread_local uint3 threadIdx;
@@ -85,14 +86,37 @@ Block::~Block() {
   if (stacks_) munmap(stacks_, stack_slots_ * slot_bytes_);
 }
 
-std::string Block::where() const {
+std::string Block::where() const { return where(current_); }
+
+std::string Block::where(int thread) const {
   std::ostringstream os;
   os << "block (" << block_idx_.x << "," << block_idx_.y << "," << block_idx_.z << ")";
-  if (current_ >= 0) {
-    const uint3 t = threads_[current_].idx;
+  if (thread >= 0) {
+    const uint3 t = threads_[thread].idx;
     os << ", thread (" << t.x << "," << t.y << "," << t.z << ")";
   }
   return os.str();
+}
+
+bool Block::is_stack_guard(uintptr_t a) const {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(stacks_);
+  if (!stacks_ || a < lo || a >= lo + stack_slots_ * slot_bytes_) return false;
+  return (a - lo) % slot_bytes_ < page;
+}
+
+void Block::abandon_after_fault(int sig, uintptr_t address, void* pc) {
+  Thread& t = threads_[current_];
+  t.abandoned = true;
+  t.wait = Wait::Done;
+  fault_thread_ = current_;
+  fault_sig_ = sig;
+  fault_address_ = address;
+  fault_pc_ = pc;
+  race::release(&end_token_);  // what it did before the fault is ordered, as at an exit
+  race::switch_to(race_scheduler_);
+  scheduler_ = std::move(scheduler_).resume();  // run() never resumes this fiber
+  std::abort();
 }
 
 void Block::start_fibers(const std::function<void()>& body, size_t stack_bytes) {
@@ -173,6 +197,7 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
   tl_block = this;
   block_idx_ = block_idx;
   error_.clear();
+  fault_thread_ = -1;
   const int n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
   threads_.clear();
   threads_.resize(n);
@@ -198,11 +223,11 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
   std::mt19937_64 rng(schedule.seed * 0x9E3779B97F4A7C15ull + block_idx.x +
                       (uint64_t(block_idx.y) << 20) + (uint64_t(block_idx.z) << 40));
   std::vector<int> order(n);
-  while (live_ > 0 && error_.empty()) {
+  while (live_ > 0 && error_.empty() && fault_thread_ < 0) {
     bool ran = false;
     if (schedule.order == Order::Greedy) {
       // Always the lowest-numbered runnable thread: warp 0 runs ahead of the others.
-      for (int i = 0; i < n && error_.empty(); ++i) {
+      for (int i = 0; i < n && error_.empty() && fault_thread_ < 0; ++i) {
         if (threads_[i].wait == Wait::None) {
           resume(i);
           ran = true;
@@ -214,18 +239,31 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
       if (schedule.order == Order::Reverse) std::reverse(order.begin(), order.end());
       if (schedule.order == Order::Random) std::shuffle(order.begin(), order.end(), rng);
       for (int i : order) {
-        if (!error_.empty()) break;
+        if (!error_.empty() || fault_thread_ >= 0) break;
         if (threads_[i].wait == Wait::None) {
           resume(i);
           ran = true;
         }
       }
     }
-    if (!ran && live_ > 0 && error_.empty() && !release_block_barrier()) {
+    if (!ran && live_ > 0 && error_.empty() && fault_thread_ < 0 && !release_block_barrier()) {
       error_ = "deadlock in block (" + std::to_string(block_idx.x) + "," +
                std::to_string(block_idx.y) + "," + std::to_string(block_idx.z) +
                "): no thread can move.\n" + describe_waiters();
     }
+  }
+  if (fault_thread_ >= 0) {
+    // A memcheck finding (checked mode): the faulting access never happened, so memory is
+    // as the kernel left it; the block fails with the report, and the launch with it.
+    error_ = fault_report(fault_sig_, fault_address_, fault_pc_, where(fault_thread_),
+                          is_stack_guard(fault_address_));
+    // Its fiber stops where it faulted: kernel code there has no way to unwind (a load is
+    // not a call that may throw), so the fiber is dropped, never destroyed (destroying it
+    // would unwind it), and its stack slot is reused by the next block. Its TSan fiber
+    // goes too: the next thread in that slot starts with a clean history.
+    new ctx::fiber(std::move(threads_[fault_thread_].fiber));
+    race::destroy_fiber(race_fibers_[fault_thread_]);
+    race_fibers_[fault_thread_] = race::create_fiber();
   }
   // Unwind every fiber still parked (only after an error): resuming it makes yield() throw.
   for (int i = 0; i < n; ++i)

@@ -34,6 +34,7 @@ struct Thread {  // one CUDA thread is one fiber
   int src = 0;         // the lane it reads from
   uint64_t result = 0;
   unsigned ballot = 0;
+  bool abandoned = false;  // left at a fault (checked mode): its fiber is never resumed
 };
 
 struct WarpGroup {  // lanes that met (or are meeting) at one warp-level primitive
@@ -66,6 +67,14 @@ class Block {
   int lane() const { return current_ % 32; }
   // "block (x,y,z), thread (x,y,z)" of the thread running now, for diagnoses.
   std::string where() const;
+  std::string where(int thread) const;
+  // Checked mode (crash_report.cpp): a kernel thread faulted at `pc` on `address`; its
+  // fiber leaves for good (its stack is never unwound: the kernel code there cannot throw),
+  // and the block fails with the memcheck report. Runs on the worker's landing stack.
+  [[noreturn]] void abandon_after_fault(int sig, uintptr_t address, void* pc);
+  bool in_kernel_thread() const { return current_ >= 0 && fault_thread_ < 0; }
+  // The fiber stacks' range, so that a fault there reads as a stack overflow.
+  bool is_stack_guard(uintptr_t address) const;
   // The block's completed __syncthreads so far, and the last one's place (for reports).
   int interval() const { return interval_; }
   const char* interval_file() const { return interval_file_; }
@@ -103,6 +112,10 @@ class Block {
   char warp_tokens_[32] = {};
   uint3 block_idx_{};
   std::string error_;
+  int fault_thread_ = -1;  // the thread that faulted (checked mode), or -1
+  int fault_sig_ = 0;
+  uintptr_t fault_address_ = 0;
+  void* fault_pc_ = nullptr;
   // Fiber stacks, one slot per thread with a guard page below it, mapped once per
   // worker and reused by every block it runs.
   char* stacks_ = nullptr;

@@ -1,12 +1,18 @@
-// A kernel that reads or writes outside its memory crashes the emulator with SIGSEGV, as
-// it would fault on a GPU. Before the process dies, say which kernel, block and thread
-// did it, and how to find the line.
+// A kernel that reads or writes outside its memory faults (SIGSEGV), as it would on a GPU.
+// Checked mode (guard pages after every buffer) catches the access before it happens: the
+// faulting CUDA thread is taken off its fiber, and the launch fails with a memcheck report
+// (kernel, block, thread, buffer, line), as compute-sanitizer's memcheck would; the
+// program, and the next test, go on. Plain mode has no guard pages, so a fault may come
+// long after the bad write: the process dies, saying which kernel, block and thread it
+// was in, and which command runs the same tests in checked mode.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +24,7 @@
 #include "block.h"
 #include "crash_report.h"
 #include "memory_map.h"
+#include "race_check.h"
 
 namespace emu {
 namespace {
@@ -137,26 +144,93 @@ std::string source_line(void* pc) { return source_lines({pc})[0]; }
 
 namespace {
 
+std::atomic<bool> g_dying{false};
+char g_check_command[128] = "make check-chapter-N (N: the chapter whose tests crashed)";
+
+// Checked mode: a faulting kernel thread leaves its fiber for this stack (one per worker),
+// where the signal handler sends it; a fault on the fiber's own stack (an overflow) could
+// not run anything there.
+constexpr size_t kLandingBytes = 256 * 1024;
+thread_local char* tl_landing = nullptr;
+
+[[noreturn]] void land_after_fault(int sig, void* address, void* pc) {
+  current_block()->abandon_after_fault(sig, reinterpret_cast<uintptr_t>(address), pc);
+}
+
+// The checked-mode command for the test program running now, from its name
+// (test_ch02_solution -> make check-solution-2); the general form if it is not a chapter's.
+void find_check_command() {
+  char exe[512];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return;
+  exe[n] = '\0';
+  const char* name = std::strrchr(exe, '/');
+  name = name ? name + 1 : exe;
+  int chapter = 0;
+  char flavor[16] = {};
+  if (std::sscanf(name, "test_ch%d_%15s", &chapter, flavor) != 2 || chapter <= 0) return;
+  std::snprintf(g_check_command, sizeof g_check_command, "make check-%s-%d",
+                std::strcmp(flavor, "solution") == 0 ? "solution" : "chapter", chapter);
+}
+
 void on_fault(int sig, siginfo_t* info, void* context) {
+  ucontext_t* uc = static_cast<ucontext_t*>(context);
+  Block* b = current_block();
+#if defined(PA_EMU_CHECK) && defined(__x86_64__)
+  if (b && b->in_kernel_thread() && tl_landing) {
+    // The access faulted, so it did not happen: leave the kernel thread's fiber for the
+    // landing stack, where it fails its block (Block::abandon_after_fault). The launch
+    // returns the memcheck report as its error, and the program goes on.
+    greg_t* g = uc->uc_mcontext.gregs;
+    uintptr_t top = (reinterpret_cast<uintptr_t>(tl_landing) + kLandingBytes) & ~uintptr_t(15);
+    top -= 8;  // as if called: a (null) return address, then the 16-byte aligned frame
+    *reinterpret_cast<uintptr_t*>(top) = 0;
+    g[REG_RDI] = sig;
+    g[REG_RSI] = reinterpret_cast<greg_t>(info->si_addr);
+    g[REG_RDX] = g[REG_RIP];
+    g[REG_RSP] = static_cast<greg_t>(top);
+    g[REG_RBP] = 0;
+    g[REG_RIP] = reinterpret_cast<greg_t>(&land_after_fault);
+    return;
+  }
+#endif
+  // The process dies. If several workers fault at once, one of them reports.
+  if (g_dying.exchange(true)) {
+    for (;;) pause();
+  }
   std::fflush(stdout);  // keep what the program printed before the crash
   std::string msg = std::string("\nemulator: ") + (sig == SIGBUS ? "bus error" : "segmentation fault");
   char addr[64];
   std::snprintf(addr, sizeof addr, " at address %p", info->si_addr);
   msg += addr;
-  if (Block* b = current_block()) {
-    const std::string missed = describe_fault(reinterpret_cast<uintptr_t>(info->si_addr));
-    void* pc = reinterpret_cast<void*>(
-        static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RIP]);
+  const bool checked = race::kEnabled;
+  if (b) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+    const std::string missed = describe_fault(a);
+    void* pc = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RIP]);
     const std::string line = source_line(pc);
     if (!missed.empty()) msg = "\nemulator memcheck: out-of-bounds access to " + missed;
     msg += "\n  in kernel " + kernel_name(tl_kernel) + ",\n  by " + b->where() + "\n";
     msg += line.empty() ? "  (source line unknown: build with -g, or run under gdb)\n"
                         : line + "\n";
-    if (missed.empty())
+    if (b->is_stack_guard(a))
+      msg += "  A fiber stack overflow: a CUDA thread's stack is PA_EMU_STACK_KB (256 KB by "
+             "default) on the emulator; raise it, or make large local arrays smaller.\n";
+    else if (missed.empty())
       msg += "  An out-of-bounds access in kernel code (a bad index, a block table that lies,"
              " or a fiber stack overflow: then raise PA_EMU_STACK_KB).\n";
+    if (!checked)
+      msg += std::string("  Checked mode names the buffer, how far past its end, and the line: ") +
+             g_check_command + "\n";
   } else {
     msg += " (outside any kernel)\n";
+    if (!checked)
+      msg += std::string(
+                 "  Either host code crashed, or a kernel that ran earlier wrote out of bounds:\n"
+                 "  the plain emulator does not check kernels' accesses, so such a write corrupts\n"
+                 "  memory silently and the crash comes later, here. Checked mode stops a kernel\n"
+                 "  at the access and names it: ") +
+             g_check_command + "\n";
   }
   ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
   (void)ignored;
@@ -165,6 +239,33 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 }
 
 }  // namespace
+
+std::string fault_report(int sig, uintptr_t address, void* pc, const std::string& who,
+                         bool stack_overflow) {
+  const std::string missed = describe_fault(address);
+  const std::string line = source_line(pc);
+  std::string msg;
+  char what[96];
+  if (!missed.empty()) {
+    msg = "emulator memcheck: out-of-bounds access to " + missed;
+  } else if (stack_overflow) {
+    msg = "emulator memcheck: fiber stack overflow";
+  } else {
+    std::snprintf(what, sizeof what, "emulator memcheck: %s at address %p (in no buffer)",
+                  sig == SIGBUS ? "bus error" : "invalid access", reinterpret_cast<void*>(address));
+    msg = what;
+  }
+  msg += "\n  in kernel " + kernel_name(tl_kernel) + ",\n  by " + who + "\n";
+  msg += line.empty() ? "  (source line unknown: build with -g, or run under gdb)\n" : line + "\n";
+  if (stack_overflow)
+    msg += "  A CUDA thread's stack is PA_EMU_STACK_KB (256 KB by default) on the emulator: "
+           "raise it, or make large local arrays smaller.\n";
+  else if (missed.empty())
+    msg += "  An address outside every buffer: a bad index or pointer (a block table that "
+           "lies, an offset computed in 32 bits that overflowed, a null pointer).\n";
+  msg += "  The access did not happen: this launch fails, and the program goes on.\n";
+  return msg;
+}
 
 void set_current_kernel(const void* kernel) { tl_kernel = kernel; }
 
@@ -179,9 +280,15 @@ void install_crash_report() {
     ss.ss_size = sizeof alt;
     sigaltstack(&ss, nullptr);
     has_alt_stack = true;
+    if (race::kEnabled) {
+      void* p = mmap(nullptr, kLandingBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) tl_landing = static_cast<char*>(p);
+    }
   }
   static std::once_flag once;
   std::call_once(once, [] {
+    find_check_command();
     struct sigaction sa{};
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;

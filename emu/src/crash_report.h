@@ -1,5 +1,6 @@
 // Naming the kernel, block and thread when a kernel crashes the emulator.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,9 @@ namespace emu {
 void install_crash_report();
 // The kernel this OS thread is running, for the report.
 void set_current_kernel(const void* kernel);
+// Checked mode: the memcheck report of a kernel thread's fault (`who`: block and thread).
+std::string fault_report(int sig, uintptr_t address, void* pc, const std::string& who,
+                         bool stack_overflow);
 // The demangled name of a kernel, from its address.
 std::string kernel_name(const void* kernel);
 // "  at file:line (in function)" for a code address, with the inlined-into chain; "" if

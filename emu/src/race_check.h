@@ -21,6 +21,7 @@ namespace emu::race {
 constexpr bool kEnabled = true;
 void* current_fiber();
 void* create_fiber();
+void destroy_fiber(void* fiber);
 void set_fiber_name(void* fiber, const char* name);
 void switch_to(void* fiber);  // right before the real stack switch, never synchronising
 void acquire(const void* token);
@@ -36,6 +37,7 @@ constexpr bool kEnabled = false;
 struct Quiet {};
 inline void* current_fiber() { return nullptr; }
 inline void* create_fiber() { return nullptr; }
+inline void destroy_fiber(void*) {}
 inline void set_fiber_name(void*, const char*) {}
 inline void switch_to(void*) {}
 inline void acquire(const void*) {}

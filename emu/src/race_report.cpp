@@ -27,6 +27,7 @@
 extern "C" {
 void* __tsan_get_current_fiber(void);
 void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
 void __tsan_set_fiber_name(void* fiber, const char* name);
 void __tsan_switch_to_fiber(void* fiber, unsigned flags);
 void __tsan_acquire(void* addr);
@@ -235,6 +236,7 @@ std::string describe(const Race& r, const char* kernel, const Moment* moment) {
 #if defined(PA_EMU_CHECK)
 void* current_fiber() { return __tsan_get_current_fiber(); }
 void* create_fiber() { return __tsan_create_fiber(0); }
+void destroy_fiber(void* fiber) { __tsan_destroy_fiber(fiber); }
 void set_fiber_name(void* fiber, const char* name) { __tsan_set_fiber_name(fiber, name); }
 void switch_to(void* fiber) { __tsan_switch_to_fiber(fiber, 1 /* no sync */); }
 void acquire(const void* token) { __tsan_acquire(const_cast<void*>(token)); }
