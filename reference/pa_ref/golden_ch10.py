@@ -43,6 +43,7 @@ from .dtypes import round_to
 from .fp8 import FP8_X, dequantize_pools, quantize_e4m3
 from .golden_ch04 import random_paged_cache
 from .golden_ch06 import FP8_ATOL, FP8_RTOL
+from .golden_ch10_plan import write_plan_cases
 from .golden_io import TOLERANCES, case_seed, write_case
 from .paged import blocks_for, pack_x
 from .prefill import paged_prefill_attention
@@ -313,3 +314,4 @@ def chapter_10(out_dir):
     """Chapter 10: varlen paged attention (decode, spec-decode and prefill rows together)."""
     for case in CH10_VARLEN:
         write_case(out_dir / case.name, varlen_arrays(case), varlen_params(case))
+    write_plan_cases(out_dir)  # plan_*: the planner's exact plans (golden_ch10_plan.py)

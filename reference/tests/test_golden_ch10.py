@@ -21,6 +21,7 @@ from pa_ref import (
 from pa_ref.golden import CHAPTERS, main
 from pa_ref.golden_ch06 import FP8_ATOL, FP8_RTOL
 from pa_ref.golden_ch10 import CH10_VARLEN, TILE_ROWS
+from pa_ref.golden_ch10_plan import CH10_PLANS
 from pa_ref.golden_io import TOLERANCES
 from pa_ref.paged import blocks_for, pack_x
 from pa_ref.prefill import paged_prefill_attention
@@ -74,9 +75,11 @@ def reference(a, **changes):
 
 def test_writes_every_case_and_a_stamp(golden):
     assert CHAPTERS[10].__name__ == "chapter_10"
-    names = sorted(p.name for p in (golden / "ch10").iterdir())
+    names = sorted(p.name for p in (golden / "ch10").iterdir() if p.name.startswith("varlen_"))
     assert names == sorted(c.name for c in CH10_VARLEN)
     assert len(set(names)) == len(CH10_VARLEN)
+    plans = sorted(p.name for p in (golden / "ch10").iterdir() if p.name.startswith("plan_"))
+    assert plans == sorted(c.name for c in CH10_PLANS)  # the planner's (golden_ch10_plan.py)
     assert (golden / "golden.stamp").read_text() == "ch10\n"
 
 
