@@ -129,6 +129,11 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
 // valid query rows over `kv_tokens` tokens, run by the thread block or by one warp (a warp
 // item; tests and the book use it).
 double item_cost(int kv_tokens, int rows, bool by_warp = false);
+
+// The chunk a tile of `rows` rows is cut into when the step's fair share per thread block
+// is target_cost: the whole tokens whose item_cost (its start included) fits in
+// target_cost, at least 256, rounded up to a multiple of kKvTile (make_plan's; tests use it).
+int chunk_for(int rows, double target_cost);
 // ANCHOR_END: plan
 
 // ANCHOR: runner
@@ -159,6 +164,13 @@ class VarlenAttention {
                const int* block_table, const int* seq_lens, const int* query_start_loc,
                const float* k_scale, const float* v_scale, float scale,
                cudaStream_t stream = nullptr);
+
+  // Runs `plan`, made by hand, instead of make_plan's: tests use it for plans make_plan never
+  // makes (chunks that end inside a stage of the ring). It must cover the batch as make_plan's
+  // plans do (see Plan and WorkItem; kv_begin a multiple of 16), and is not checked beyond
+  // its cta_start; seq_lens and query_start_loc as for plan().
+  void use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
+                cudaStream_t stream = nullptr);
 
   const Plan& host_plan() const { return plan_; }
   // Fills the partial-result workspace with NaN: a merge that reads a partial no item wrote
