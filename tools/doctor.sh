@@ -174,6 +174,24 @@ else
     missing "no working Python venv in .venv" "bash tools/setup.sh"
 fi
 
+# --- The book check (tools/check_book.py): Playwright driving Debian's Chromium ---
+echo "Book check (make test loads every page of the book in Chromium)"
+chromium=$(command -v chromium 2>/dev/null || command -v chromium-browser 2>/dev/null || true)
+if [ -n "$chromium" ]; then
+    ok "$("$chromium" --version 2>/dev/null | head -n1) ($chromium)"
+else
+    missing "chromium not found" "$APT chromium"
+fi
+want_pw=$(sed -n 's/^PLAYWRIGHT=playwright==\([^ ]*\)$/\1/p' tools/setup.sh)
+have_pw=$(.venv/bin/python -c 'import playwright, importlib.metadata as m; print(m.version("playwright"))' 2>/dev/null || true)
+if [ -z "$have_pw" ]; then
+    missing "playwright does not import in .venv" "bash tools/setup.sh"
+elif [ -n "$want_pw" ] && [ "$have_pw" != "$want_pw" ]; then
+    missing "playwright $have_pw, but tools/setup.sh pins $want_pw" "bash tools/setup.sh"
+else
+    ok "playwright $have_pw (drives the chromium above; no browser download)"
+fi
+
 echo
 if [ "$failed" = 0 ]; then
     echo "All required pieces are present. Next: make test"

@@ -31,7 +31,8 @@ problems=()   # what still needs a person; the script exits 1 if any
 # --- 1. Debian packages ------------------------------------------------------
 # A package counts as present if its file is there (however it got there) or
 # dpkg says it is installed.
-PACKAGES=(cmake g++ make libgtest-dev libboost-context-dev python3 python3-venv)
+# chromium: the book check (tools/check_book.py) loads every page of the book in it.
+PACKAGES=(cmake g++ make libgtest-dev libboost-context-dev python3 python3-venv chromium)
 
 any_file() {  # any_file PATTERN...: true if one of the (globbed) paths exists
     local f
@@ -42,6 +43,7 @@ any_file() {  # any_file PATTERN...: true if one of the (globbed) paths exists
 has_package_files() {
     case "$1" in
         cmake|g++|make|python3) command -v "$1" ;;
+        chromium) command -v chromium || command -v chromium-browser ;;
         python3-venv) python3 -c 'import venv, ensurepip' ;;
         libgtest-dev) any_file /usr/include/gtest/gtest.h /usr/local/include/gtest/gtest.h ;;
         libboost-context-dev)
@@ -130,6 +132,25 @@ elif [ "$(cat "$STAMP" 2>/dev/null)" != "$reqs_hash" ]; then
     installed+=("Python packages ($(grep -Ev '^\s*(#|$)' "$REQS" | tr '\n' ' ' | sed 's/ $//'))")
 else
     present+=("Python venv ($VENV, packages as pinned in $REQS)")
+fi
+
+# --- 3b. The book check: Playwright drives Debian's Chromium ----------------------
+# Pinned here, not in $REQS: only `make test`'s book check uses it. It drives the
+# chromium package above (executable_path); Playwright's own browser download is never
+# used, so `playwright install` is not needed.
+PLAYWRIGHT=playwright==1.65.2
+if version_at_least "$python_version" 3.11; then
+    have_pw=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("playwright"))' 2>/dev/null || true)
+    if [ "playwright==$have_pw" != "$PLAYWRIGHT" ]; then
+        say "Installing $PLAYWRIGHT into $VENV (the book check)"
+        if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$PLAYWRIGHT"; then
+            fail "pip could not install $PLAYWRIGHT into $VENV (see pip's message above)"
+            exit 1
+        fi
+        installed+=("$PLAYWRIGHT")
+    else
+        present+=("$PLAYWRIGHT")
+    fi
 fi
 
 # --- 4. CUDA headers -----------------------------------------------------------
