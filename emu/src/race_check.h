@@ -50,5 +50,8 @@ void start_reporting();
 // After a launch: the races found while it ran, in the course's words ("" if none).
 // Also used by the tests of the emulator.
 std::string take_report(const void* kernel);
+// The same from a piece of ThreadSanitizer's log (`live`: pair it with the barrier
+// intervals recorded while the launch ran; tests of the wording pass false).
+std::string report_from_log(const std::string& tsan_log, const std::string& kernel, bool live);
 
 }  // namespace emu::race

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -222,13 +223,54 @@ std::string describe(const Race& r, const char* kernel, const Moment* moment) {
     else if (moment)
       os << "  Both fall before the block's first __syncthreads, so no barrier separates them.\n";
     if (warp_of(a) == warp_of(b))
-      os << "  Both threads are in " << warp_of(a) << ": lanes do not run in lockstep. A "
-         << "__syncwarp() between the two orders the lanes of one warp; if other warps touch\n"
-         << "  this memory too, it takes a __syncthreads().\n";
+      // The report shows two lanes of one warp, but not whether other warps use this memory
+      // too: both fixes fit what we know, so name both.
+      os << "  Both threads are in " << warp_of(a) << ", and lanes do not run in lockstep: "
+         << "something must order\n"
+         << "  the two accesses. Which barrier depends on who else uses this memory: a\n"
+         << "  __syncwarp() if only lanes of this warp write or read it here; a __syncthreads()\n"
+         << "  (reached by every thread of the block) if other warps do too, as when each warp\n"
+         << "  writes its own slot and one warp reads them all.\n";
     else
       os << "  Put a __syncthreads() between them, reached by every thread of the block.\n";
   }
   return os.str();
+}
+
+// TSan's reports other than races, as it wrote them, but each distinct one once: reports
+// that differ only in addresses, thread ids or PIDs are one, with a count.
+std::string dedup_reports(const std::string& text) {
+  static const std::regex numbers(R"(0x[0-9a-f]+|\bT\d+\b|==\d+==|\(pid=\d+\))");
+  std::vector<std::string> reports(1);  // TSan puts a line of '=' before and after each
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of('=') == std::string::npos && line.size() >= 10) {
+      if (!reports.back().empty()) reports.emplace_back();
+      continue;
+    }
+    reports.back() += line + "\n";
+  }
+  if (reports.back().empty()) reports.pop_back();
+  std::vector<std::pair<std::string, int>> seen;  // normalised text -> copies after the first
+  std::string out;
+  std::vector<std::string> firsts;
+  for (const std::string& r : reports) {
+    const std::string key = std::regex_replace(r, numbers, "#");
+    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == key; });
+    if (it != seen.end()) {
+      ++it->second;
+      continue;
+    }
+    seen.emplace_back(key, 0);
+    firsts.push_back(r);
+  }
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    out += firsts[i];
+    if (seen[i].second > 0)
+      out += "  (and " + std::to_string(seen[i].second) + " more like it)\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -255,20 +297,51 @@ std::string take_report(const void* kernel_address) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   g_log_offset += std::streamoff(text.size());
   if (text.empty()) return "";
+  const std::string found = report_from_log(text, kernel_name(kernel_address), true);
+  return found + "  (ThreadSanitizer's full report: " + g_log_path + ")";
+}
+
+std::string report_from_log(const std::string& text, const std::string& name, bool live) {
   const std::vector<Race> races = parse(text);
-  const std::string name = kernel_name(kernel_address);
   const char* kernel = name.c_str();
-  std::string out;
+  // Races that differ only in the threads, the address or the callers (the same two
+  // access lines, the same kind of memory) are one bug: say it once, with a count.
+  struct Group {
+    std::string text;
+    int more = 0;
+  };
+  std::vector<std::pair<std::string, Group>> groups;
+  auto first_line = [](const Access& a) { return a.frames.empty() ? where_line(a) : a.frames[0]; };
   for (size_t i = 0; i < races.size(); ++i) {
-    const int k = g_moments_taken++;
-    const Moment* moment = k < g_moment_count && k < kMaxMoments ? &g_moments[k] : nullptr;
-    if (moment && moment->interval < 0) moment = nullptr;
-    if (i < 2) out += describe(races[i], kernel, moment);
+    const Moment* moment = nullptr;
+    if (live) {
+      const int k = g_moments_taken++;
+      if (k < g_moment_count && k < kMaxMoments && g_moments[k].interval >= 0) moment = &g_moments[k];
+    }
+    const Race& r = races[i];
+    const std::string memory = describe_address(r.now.address, r.location);
+    static const std::regex hex("0x[0-9a-f]+");
+    const std::string key = std::regex_replace(memory.substr(0, memory.find(" (")), hex, "#") +
+                            "|" + r.now.kind + "|" +
+                            first_line(r.now) + "|" + r.before.kind + "|" + first_line(r.before) +
+                            "|" + std::to_string(block_of(who(r, r.now)) == block_of(who(r, r.before)));
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it != groups.end()) ++it->second.more;
+    else groups.push_back({key, Group{describe(r, kernel, moment), 0}});
   }
-  if (races.size() > 2)
-    out += "  (" + std::to_string(races.size() - 2) + " more races in this launch)\n";
-  if (races.empty()) out = "emulator racecheck: ThreadSanitizer reported a problem:\n" + text;
-  out += "  (ThreadSanitizer's full report: " + g_log_path + ")";
+  std::string out;
+  for (size_t i = 0; i < groups.size() && i < 2; ++i) {
+    out += groups[i].second.text;
+    if (groups[i].second.more > 0)
+      out += "  (and " + std::to_string(groups[i].second.more) +
+             " more like it: the same two lines, other threads, addresses or callers)\n";
+  }
+  if (groups.size() > 2) {
+    int rest = 0;
+    for (size_t i = 2; i < groups.size(); ++i) rest += 1 + groups[i].second.more;
+    out += "  (" + std::to_string(rest) + " more races in this launch, at other lines)\n";
+  }
+  if (races.empty()) out = "emulator racecheck: ThreadSanitizer reported a problem:\n" + dedup_reports(text);
   return out;
 }
 

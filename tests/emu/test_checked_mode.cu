@@ -97,6 +97,42 @@ TEST(CheckedMode, LanesOfAWarpNeedSyncwarp) {
             "(no error)");
 }
 
+// ---- Each warp's lane 0 writes its slot; warp 0 reads all four without a __syncthreads.
+// In forward order the first race TSan sees is inside warp 0 (lane 0 writes slot[0], lane
+// 1 reads it), yet the fix is a __syncthreads: the report must not offer __syncwarp alone.
+template <bool kBarrier>
+__global__ void warp_zero_reads_every_slot_kernel(float* out) {
+  __shared__ float slot[4];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) slot[warp] = float(warp + 1);
+  if (kBarrier) __syncthreads();
+  if (warp == 0) out[lane] = slot[0] + slot[1] + slot[2] + slot[3];
+}
+
+TEST(CheckedMode, ARaceInsideOneWarpNamesBothBarriers) {
+  pa::DeviceBuffer<float> out(32);
+  emu::set_schedule("forward");
+  const std::string msg = error_of([&] {
+    pa::launch(warp_zero_reads_every_slot_kernel<false>, dim3(1), dim3(128), 0, nullptr, out.get());
+  });
+  emu::set_schedule(nullptr);
+  EXPECT_TRUE(contains_text(msg, "data race on __shared__ memory"));
+  EXPECT_TRUE(contains_text(msg, "Both threads are in warp 0"));
+  EXPECT_TRUE(contains_text(msg, "__syncthreads()"));
+  EXPECT_TRUE(contains_text(msg, "if other warps do too"));
+  // In every order, a __syncthreads() is among the fixes offered.
+  EXPECT_TRUE(contains_text(error_of([&] {
+                              pa::launch(warp_zero_reads_every_slot_kernel<false>, dim3(1), dim3(128),
+                                         0, nullptr, out.get());
+                            }),
+                            "__syncthreads()"));
+  EXPECT_EQ(error_of([&] {
+              pa::launch(warp_zero_reads_every_slot_kernel<true>, dim3(1), dim3(128), 0, nullptr,
+                         out.get());
+            }),
+            "(no error)");
+}
+
 // ---- Blocks writing one global slot race; a ticket counter (atomics) orders them.
 constexpr int kGlobalWriteLine = __LINE__ + 2;
 __global__ void every_block_writes_kernel(int* out) {
