@@ -1,0 +1,103 @@
+// Chapter 10's kernel on plans make_plan never makes: every tile's KV cut into chunks of 48
+// or 80 tokens, so that chunks end INSIDE a stage of the ring (make_plan's chunks are
+// multiples of kKvTile and always end between stages). The stage past a chunk's end holds
+// zeros (K) that score 0, not -inf: only the mask's kv_end condition keeps them out of the
+// chunk's softmax. The partials of each tile are merged as usual; the output must be the
+// reference's, whatever the cut.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "varlen_case.h"
+
+namespace {
+
+using pa::ch10::Plan;
+using pa::ch10::VarlenAttention;
+using pa::ch10::WorkItem;
+using pa::test::GoldenCase;
+using pa::test::VarlenCase;
+
+// Every (tile, KV head) of the batch cut into chunks of `cut` tokens (a multiple of 16), the
+// items dealt round-robin to `grid` thread blocks: a valid plan, by hand.
+Plan cut_every_tile(const pa::ch10::VarlenShape& s, const std::vector<int>& seq_lens,
+                    const std::vector<int>& qsl, int cut, int grid) {
+  const int G = s.num_q_heads / s.num_kv_heads;
+  std::vector<WorkItem> items;
+  Plan p;
+  p.grid = grid;
+  for (int b = 0; b < s.num_seqs; ++b) {
+    const int n = qsl[size_t(b) + 1] - qsl[size_t(b)];
+    for (int row0 = 0; row0 < n * G; row0 += pa::ch10::tile_size(n, G)) {
+      const int rows = pa::ch10::tile_rows(n, G, row0);
+      const int kv_needed = seq_lens[size_t(b)] - n + (row0 + rows - 1) / G + 1;
+      const int splits = (kv_needed + cut - 1) / cut;
+      for (int h = 0; h < s.num_kv_heads; ++h) {
+        const int counter = splits > 1 ? p.num_counters++ : -1;
+        const int base = int(p.partial_rows);
+        if (splits > 1) p.partial_rows += int64_t(pa::ch10::kTileRows) * splits;
+        for (int k = 0; k < splits; ++k)
+          items.push_back({b, h, row0, k * cut, std::min(kv_needed, (k + 1) * cut), k, splits, base,
+                           counter, 0});
+      }
+    }
+  }
+  p.cta_start.assign(size_t(grid) + 1, 0);
+  for (int c = 0; c < grid; ++c) {
+    for (size_t i = size_t(c); i < items.size(); i += size_t(grid)) p.items.push_back(items[i]);
+    p.cta_start[size_t(c) + 1] = int(p.items.size());
+  }
+  return p;
+}
+
+template <typename T>
+void check_cuts(const GoldenCase& g) {
+  VarlenCase<T> c(g);
+  const auto dims = pa::test::varlen_out_dims(c.shape);
+  VarlenAttention attn;
+  for (const int cut : {48, 80}) {
+    const Plan p = cut_every_tile(c.shape, c.seq_lens, c.qsl, cut, 3);
+    attn.use_plan(c.shape, pa::dtype_of<T>(), c.cache(), p);
+    attn.poison_workspace();
+    pa::test::poison(c.out);
+    if (c.fp8)
+      attn.run_fp8<T>(c.out.get(), c.q.get(), c.k8.get(), c.v8.get(), c.d_table.get(),
+                      c.d_lens.get(), c.d_qsl.get(), c.k_scale.get(), c.v_scale.get(), c.scale);
+    else
+      attn.run<T>(c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(), c.d_table.get(),
+                  c.d_lens.get(), c.d_qsl.get(), c.scale);
+    int split = 0;
+    for (const WorkItem& w : p.items) split += w.num_splits > 1;
+    EXPECT_TRUE(pa::test::all_close(c.out.download(), c.expected, dims, c.atol, c.rtol))
+        << c.name << ": every tile's KV cut by hand into chunks of " << cut << " tokens ("
+        << p.items.size() << " items, " << split << " of them chunks of a split tile, on 3 "
+        << "thread blocks): a chunk [kv_begin, kv_end) ends inside a 64-token stage, whose "
+        << "slots past kv_end hold zeros. A query token that fails here and not in "
+        << "VarlenGolden sees keys at or past its item's kv_end: the mask must hide every key "
+        << "at kpos >= kv_end (a score of 0 is not -inf).";
+  }
+}
+
+class VarlenChunkEnds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VarlenChunkEnds, ChunksEndingInsideAStageSeeNothingPastTheirEnd) {
+  const GoldenCase g(pa::test::golden_dir("ch10") + "/" + GetParam());
+  switch (pa::parse_dtype(g.param("dtype"))) {
+    case pa::DType::fp16: return check_cuts<pa::half>(g);
+    case pa::DType::bf16: return check_cuts<pa::bf16>(g);
+    default: FAIL() << "chapter 10 serves half and bf16 queries";
+  }
+}
+
+// Multi-token tiles (the general path, where the mask is): verifications of at most 32 rows
+// (the warps split the tokens), a prefill of 64-row tiles, multi-query, D 256 (32-token
+// stages) and an e4m3 cache.
+INSTANTIATE_TEST_SUITE_P(Ch10, VarlenChunkEnds,
+                         ::testing::Values("varlen_fp16_d128_bs16_g4_spec",
+                                           "varlen_fp16_d80_bs8_g2_chunked",
+                                           "varlen_fp16_d128_bs16_g16_mqa",
+                                           "varlen_bf16_d256_bs16_g4_mixed",
+                                           "varlen_fp8_bf16_d64_bs32_g2_mixed"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
