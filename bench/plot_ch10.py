@@ -82,7 +82,7 @@ def bars(rows, series, value, xlabel, title, out_path, limit=None):
         ax.barh(ys, [vals[name].get(s, 0.0) for s in cases], height, label=name)
     ax.set_yticks(range(len(cases)), cases, fontsize=10)
     ax.tick_params(axis="x", labelsize=10)
-    ax.invert_yaxis()
+    ax.set_ylim(len(cases) - 0.5, -0.5)  # top to bottom in file order, no empty margin
     ax.set_xlabel(xlabel, fontsize=10.5)
     if limit:
         ax.set_xlim(0, limit)
@@ -91,7 +91,8 @@ def bars(rows, series, value, xlabel, title, out_path, limit=None):
     top = 1 - 0.75 / fig_h  # room above the axes for the title and the legend (inches)
     fig.suptitle(title.format(device=device), fontsize=11.5, y=1 - 0.08 / fig_h, va="top")
     ax.spines[["top", "right"]].set_visible(False)
-    fig.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, top), ncol=2, frameon=False)
+    fig.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, top - 0.1 / fig_h), ncol=2,
+               frameon=False)
     fig.tight_layout(rect=(0, 0, 1, top))
     # A white background: the plot reads the same in the book's light and dark themes.
     fig.savefig(out_path, metadata={"Date": None}, facecolor="white")  # no date: the same CSV, the same file

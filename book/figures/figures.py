@@ -177,27 +177,30 @@ def kv_layout(block=3, head=1, d=9, offset=5, num_kv_heads=2, head_size=64, bloc
     fig = st.figure(8.0)
     info = {"start": start, "cols": cols}
     for name, index, top in [("K", pa_ref.k_pool_index, 0.535), ("V", pa_ref.v_pool_index, 0.065)]:
-        ax = st.bare_axes(fig, [0.15, top, 0.83, 0.40], (0, cols), (-4.2, rows + 3.6))
+        ax = st.bare_axes(fig, [0.17, top, 0.81, 0.40], (0, cols), (-4.2, rows + 3.6))
         args = (H, D, bs, x) if name == "K" else (H, D, bs)
         mine = {index(block, h, dd, offset, *args) - start for h in range(H) for dd in range(D)}
+        target = index(block, head, d, offset, *args)
+        r, c = divmod(target - start, cols)
         # The grid: one cell per element, a row per `cols` consecutive elements.
         ax.vlines(range(cols + 1), 0, rows, color="#d4d4d4", lw=0.3, zorder=1)
         ax.hlines(range(rows + 1), 0, cols, color="#d4d4d4", lw=0.3, zorder=1)
         for flat in sorted(mine):
-            r, c = divmod(flat, cols)
-            st.cell(ax, c, r, fc=LIGHT[ORANGE], ec="none", lw=0, z=0.5, gid="token")
-        target = index(block, head, d, offset, *args)
-        r, c = divmod(target - start, cols)
+            tr, tc = divmod(flat, cols)
+            st.cell(ax, tc, tr, fc=LIGHT[ORANGE], ec="none", lw=0, z=0.5, gid="token")
         st.cell(ax, c, r, fc=RED, ec=INK, lw=0.8, z=3, gid="element")
         group = x if name == "K" else bs
         ax.vlines(range(0, cols + 1, group), 0, rows, color=MUTED, lw=0.8, zorder=2)
         ax.hlines([0, rows / 2, rows], 0, cols, color=INK, lw=1.2, zorder=2)
-        for rr in range(rows):
+        for rr in range(rows):  # the first and last row of each head, and the element's row
             hh, sub = divmod(rr, rows // H)
+            if sub not in (0, rows // H - 1) and rr != r:
+                continue
             label = f"c {sub}" if name == "K" else f"d {8 * sub}–{8 * sub + 7}"
-            ax.text(-0.8, rr + 0.5, label, ha="right", va="center", fontsize=9.6, color=MUTED)
+            ax.text(-0.8, rr + 0.5, label, ha="right", va="center", fontsize=9.6,
+                    color=RED if rr == r else MUTED)
         for hh in range(H):
-            ax.text(-12.5, rows / H * hh + rows / (2 * H), f"head {hh}", ha="center", va="center",
+            ax.text(-17, rows / H * hh + rows / (2 * H), f"head {hh}", ha="center", va="center",
                     fontsize=10.5, fontweight="bold", rotation=90)
         if name == "K":
             ax.set_title(f"K pool, block {block}: [Hkv {H}][D/x {D // x}][bs {bs}][x {x}]", loc="left",
@@ -1028,7 +1031,7 @@ def varlen_plan(num_q_heads=8, num_kv_heads=2, grid=8):
             ax.text(t + top * 0.01, c, f"{t:,.0f}", va="center", fontsize=9.6, color=MUTED)
         makespan = max(plan["loads"])
         ax.axvline(makespan, color=INK, lw=1.2, ls="--")
-        ax.text(makespan + (-1 if k == 0 else 1) * top * 0.01, grid - 1.5, f"the step ends: {makespan:,.0f}",
+        ax.text(makespan + (-0.01 if k == 0 else 0.07) * top, grid - 1.5, f"the step ends: {makespan:,.0f}",
                 ha="right" if k == 0 else "left", va="center", fontsize=10.5, fontweight="bold")
         ax.set_xlim(0, top * 1.08)
         ax.set_ylim(grid - 0.5, -0.9)
