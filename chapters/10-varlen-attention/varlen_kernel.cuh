@@ -137,10 +137,12 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = w.row0 + 16 * row_warp + g + 8 * r;
-    // TODO(ch10): the row's new token (token[r]: 0 .. n_new - 1, its index among the
-    //   sequence's new tokens), its query head (head[r]: one of kv_head's G heads) and the
-    //   position of that token in the sequence (pos[r]); pos[r] = -1 for a row past the
-    //   sequence's n_new * G rows (such a row sees nothing and is never written).
+    // TODO(ch10): for row `row` of the sequence, numbered as include/pa/ch10_varlen.h numbers
+    //   a sequence's query rows (above WorkItem): its new token (token[r]: 0 .. n_new - 1, its
+    //   index among the sequence's new tokens), its query head (head[r]: one of w.kv_head's G
+    //   heads) and the position of that token in the sequence (pos[r], as the header's batch
+    //   layout places new tokens); pos[r] = -1 for a row past the sequence's n_new * G rows
+    //   (such a row sees nothing and is never written).
     token[r] = 0;
     head[r] = 0;
     pos[r] = -1;
@@ -334,10 +336,11 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int kpos = first + 16 * (q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
-            // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
-            //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
-            //   or past the item's kv_end, or after the row's own position (causal). A row with
-            //   pos -1 sees nothing.
+            // TODO(ch10): on return sc[q][i] is row g + 8 (i / 2)'s score for the key at position
+            //   kpos, times scale_log2 (scores in base 2), if the row attends that key, and
+            //   -INFINITY (exactly, whatever the stage's slot holds, NaN included) if it does not.
+            //   Every row attends causally to this item's keys, [w.kv_begin, w.kv_end) of its
+            //   sequence, and to no other key of the stage; a row with pos -1 attends none.
             sc[q][i] = -INFINITY;
           }
       }

@@ -57,9 +57,11 @@ double busiest_block(const Plan& plan, const std::vector<int>& query_start_loc, 
 // The chunk a tile of `rows` rows is cut into, in tokens: about one thread block's fair share
 // of the whole step's cost (target_cost), never below kMinChunk, a multiple of kKvTile.
 int chunk_for(int rows, double target_cost) {
-  // TODO(ch10): the number of tokens whose cost, item_cost(tokens, rows), is about
-  //   target_cost -- one thread block's share of the step --, at least kMinChunk, rounded up
-  //   to a multiple of kKvTile.
+  // TODO(ch10): return the chunk length, in tokens, for a tile of `rows` rows when one thread
+  //   block's fair share of the step is target_cost (>= 0): the smallest multiple of kKvTile
+  //   that is at least kMinChunk and at least the largest whole number of tokens whose
+  //   item_cost(tokens, rows) -- the item's start included -- is at most target_cost (if not
+  //   even 0 tokens fit, kMinChunk). ChunkFor's tests check exact values.
   // HINT(1): item_cost is linear in the tokens: solve item_cost(c, rows) = target_cost for c.
   // HINT(2): its fixed part is item_cost(0, rows, false) and one token costs
   //   item_cost(1, rows, false) minus that, so c = (target - fixed) / per_token. Then
@@ -168,16 +170,28 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
     // within 4/3 of the best possible makespan). Ties go to the lower index: deterministic.
     std::vector<int> order(plan.items.size());
     std::iota(order.begin(), order.end(), 0);
-    // TODO(ch10): deal the items to the plan.grid thread blocks: sort them by cost (item_costs),
+    // TODO(ch10): plan.items (in the order made; item i costs item_costs[i]) are dealt to the
+    //   plan.grid thread blocks by the longest-processing-time rule (LPT: the chapter's page,
+    //   the glossary). On return plan.items holds every item exactly once, grouped by block:
+    //   block c runs plan.items[cta_start[c]] .. plan.items[cta_start[c + 1] - 1], and
+    //   plan.cta_start has grid + 1 entries, from 0 to the item count. The tests compare the
+    //   plan item by item with the reference planner, so these are requirements too: items of
+    //   equal cost are taken in the order made; a choice between equally loaded blocks goes to
+    //   the lower index; a block lists its items in the order it received them.
+    // HINT(1): LPT takes the items from the costliest down and gives each to the block whose
+    //   total cost so far is the least. Do it in two passes: first decide every item's block,
+    //   then lay the items out block by block.
+    // HINT(2): A min-heap (std::priority_queue with std::greater) of (load, block) pairs gives
+    //   the least-loaded block in O(log grid), the lower index first among equal loads; a
+    //   stable sort keeps equal items in order. Record each item's block in a vector, then
+    //   count items per block, prefix-sum the counts into cta_start, and place the items at
+    //   their block's next free position.
+    // HINT(3): deal the items to the plan.grid thread blocks: sort them by cost (item_costs),
     //   largest first, and give each in turn to the block with the least total cost so far (the
     //   lowest index among equals). Then fill plan.items (reordered: block 0's items first, in
     //   the order they were dealt, then block 1's, ...) and plan.cta_start [grid + 1], so that
-    //   block c runs items cta_start[c] .. cta_start[c + 1] - 1.
-    // HINT(1): A min-heap (std::priority_queue with std::greater) of (load, block) pairs gives
-    //   the least-loaded block in O(log grid). A stable sort keeps equal items in order.
-    // HINT(2): Record each item's block in a vector, then count items per block, prefix-sum the
-    //   counts into cta_start, and place the items at their block's next free position.
-    // HINT(3): std::stable_sort(order, by item_costs descending); heap of {0.0, c} for every c;
+    //   block c runs items cta_start[c] .. cta_start[c + 1] - 1. In code:
+    //   std::stable_sort(order, by item_costs descending); heap of {0.0, c} for every c;
     //   for each i in order: pop the least, owner[i] = c, push {load + item_costs[i], c}. Then
     //   cta_start[c + 1] = cta_start[c] + count[c]; walk `order` again, appending each item to
     //   its owner's range.

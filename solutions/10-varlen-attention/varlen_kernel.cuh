@@ -136,10 +136,12 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = w.row0 + 16 * row_warp + g + 8 * r;
-    // TODO(ch10): the row's new token (token[r]: 0 .. n_new - 1, its index among the
-    //   sequence's new tokens), its query head (head[r]: one of kv_head's G heads) and the
-    //   position of that token in the sequence (pos[r]); pos[r] = -1 for a row past the
-    //   sequence's n_new * G rows (such a row sees nothing and is never written).
+    // TODO(ch10): for row `row` of the sequence, numbered as include/pa/ch10_varlen.h numbers
+    //   a sequence's query rows (above WorkItem): its new token (token[r]: 0 .. n_new - 1, its
+    //   index among the sequence's new tokens), its query head (head[r]: one of w.kv_head's G
+    //   heads) and the position of that token in the sequence (pos[r], as the header's batch
+    //   layout places new tokens); pos[r] = -1 for a row past the sequence's n_new * G rows
+    //   (such a row sees nothing and is never written).
     // HINT(1): Rows are numbered new token first, head second: row = token * G + h, where
     //   h is the head's index among the G query heads that share this KV head.
     // HINT(2): The n_new new tokens are the last n_new tokens of the sequence's seq_len:
@@ -344,15 +346,19 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int kpos = first + 16 * (q / 2) + 2 * (q % 2) + 4 * t + i % 2;  // the key's position
-            // TODO(ch10): keep sc[q][i] (times scale_log2: scores in base 2) where row g + 8 (i / 2)
-            //   may see the key at position kpos, and make it -INFINITY where it may not: a key at
-            //   or past the item's kv_end, or after the row's own position (causal). A row with
-            //   pos -1 sees nothing.
+            // TODO(ch10): on return sc[q][i] is row g + 8 (i / 2)'s score for the key at position
+            //   kpos, times scale_log2 (scores in base 2), if the row attends that key, and
+            //   -INFINITY (exactly, whatever the stage's slot holds, NaN included) if it does not.
+            //   Every row attends causally to this item's keys, [w.kv_begin, w.kv_end) of its
+            //   sequence, and to no other key of the stage; a row with pos -1 attends none.
             // HINT(1): Two conditions, both on kpos: inside the item's chunk of the KV, and not
-            //   in the row's future.
+            //   in the row's future. (The stage may hold keys past the chunk's end: a chunk need
+            //   not end on a stage boundary.)
             // HINT(2): Use a select (cond ? a : b), never a multiplication by 0 or 1: slots past
             //   the end may hold NaN, and 0 * NaN is NaN.
-            // HINT(3): sc[q][i] = (kpos < w.kv_end && kpos <= pos[i / 2]) ? sc[q][i] * scale_log2
+            // HINT(3): a key at or past the item's kv_end, or after the row's own position
+            //   (causal), is hidden; a row with pos -1 sees nothing, and needs no test of its own:
+            //   sc[q][i] = (kpos < w.kv_end && kpos <= pos[i / 2]) ? sc[q][i] * scale_log2
             //   : -INFINITY;
             // BEGIN SOLUTION
             // STUB: sc[q][i] = -INFINITY;
