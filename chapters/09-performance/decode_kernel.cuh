@@ -275,8 +275,11 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeArgs<T, C> a)
     // TODO(ch09): the same result as the kStages == 0 branch above: this warp attends its
     //   blocks i = 0 .. count - 1 (logical block first + warp + i * kWarps) in order with
     //   math.attend, but reads each block's K and V from its ring of `stages` slots in shared
-    //   memory, filled by cp.async stages - 1 blocks ahead. A slot is never overwritten while
-    //   it is read, and no copy is in flight when the branch ends.
+    //   memory (`ring`, kSlot elements a slot: K, then V), filled with cp.async so that while
+    //   it attends block i the copies of blocks i + 1 .. i + stages - 1 (those below count)
+    //   are in flight. A lane reads a slot only once every lane's copies into it have landed,
+    //   a slot is never overwritten while it is read, and no copy is in flight when the
+    //   branch ends.
     // (your code here)
     // ANCHOR_END: pipeline
   }

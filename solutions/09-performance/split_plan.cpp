@@ -38,12 +38,14 @@ SplitPlan plan_splits(int work_units, int max_context_len, int block_size, int n
                  << block_size << ", num_sms " << num_sms << ", blocks_per_sm " << blocks_per_sm << ")");
   const int blocks = std::max(1, (max_context_len + block_size - 1) / block_size);
   constexpr int kMinBlocks = 8;  // per partition: two per warp
-  // TODO(ch09): return {splits, partition_size}: partition_size (in tokens) is a whole number
-  //   of blocks, and `splits` partitions of it cover all `blocks` KV blocks with none empty.
-  //   splits is the number for which work_units * splits thread blocks (work_units =
-  //   sequences x KV-head groups) fill one wave of num_sms * blocks_per_sm resident blocks
-  //   (at least 1), but never so many that a partition has fewer than kMinBlocks blocks. The
-  //   tests check exact values: round as the hints say.
+  // TODO(ch09): return {splits, partition_size} for `blocks` KV blocks (the longest context's)
+  //   and work_units (sequences x KV-head groups) thread blocks per partition. The tests
+  //   check exact values, defined this way. The wanted count S is the largest number of partitions
+  //   such that work_units * S thread blocks fit in one wave (num_sms * blocks_per_sm resident
+  //   blocks) and S partitions of kMinBlocks blocks fit in `blocks`; but at least 1.
+  //   partition_size (in tokens) is the fewest whole blocks with which S partitions cover all
+  //   `blocks`; splits is the number of partitions of that size needed to cover them (none
+  //   empty: it may be less than S).
   // HINT(1): Two limits, both in integer division: enough partitions to fill the GPU once
   //   (wave / work_units), and few enough that each keeps kMinBlocks blocks (blocks /
   //   kMinBlocks). Take the smaller one, and at least 1.
