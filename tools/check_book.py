@@ -10,7 +10,7 @@ driven by Playwright from PyPI), once per theme. It fails (exit 1) on:
   - a console error or an uncaught exception, or a file of the book that does not load;
   - a broken internal link: an <a href> to a page or file of the book that does not
     exist, or whose #fragment is no element id on the target page;
-  - an image that does not load (naturalWidth 0);
+  - an image that does not load (naturalWidth 0), or has no alt text;
   - a table more than 1.5x as wide as the content column, unless it scrolls in its own
     container and its first column stays in view when scrolled (position: sticky);
   - a listing (<pre>) whose lines overflow its box, unless the box scrolls or wraps;
@@ -18,16 +18,17 @@ driven by Playwright from PyPI), once per theme. It fails (exit 1) on:
   - an unresolved mdBook include (a literal "{{#include" in the page).
 
 Each problem is printed as PAGE (theme): WHAT, with WHERE (the section it is in).
-Screenshots go to --screenshots (default build/book-screenshots): PAGE.png, the whole
-page in the first theme at a 1280 px wide viewport (the content column is 750 px), and
+Screenshots go to --screenshots (default build/book-screenshots): PAGE.png, the content
+column (750 px at a 1280 px wide viewport) over the page's whole height, in the first
+theme, and
 PAGE-THEME-figureN.png, each figure as the other themes show it. Each theme runs in a
 browser of its own, in parallel.
 """
 import argparse
+import difflib
 import functools
 import http.server
 import os
-import re
 import shutil
 import sys
 import threading
@@ -42,6 +43,7 @@ VIEWPORT = {"width": 1280, "height": 900}
 WIDE_TABLE = 1.5  # a table wider than this many columns must scroll with a sticky first column
 # print.html is every chapter on one page (about 250,000 px tall): checked, not pictured.
 NO_SCREENSHOT = {"print.html"}
+SHOT_MARGIN = 24  # px either side of the content column in the screenshots
 
 # Runs in the page once it has loaded; returns what the checks need. Widths are CSS px.
 COLLECT_JS = r"""
@@ -197,6 +199,9 @@ def check_page_data(page, theme, data, rep, full=True):
         if not img["ok"] and key not in seen:  # (mdBook 0.5 draws each image twice, for zoom)
             seen.add(key)
             rep.fail(page, theme, f"image does not load: {img['src']} (alt: {img['alt']!r})", img["where"])
+        if full and not (img["alt"] or "").strip() and key not in seen:
+            seen.add(key)
+            rep.fail(page, theme, f"image without alt text: {img['src']}", img["where"])
     if not full:
         return
     col = data["colW"]
@@ -270,7 +275,7 @@ def check_links(book, base, page_links, page_ids, rep):
             else:
                 ids = extra_ids.setdefault(rel, ids_of_file(target))
             if frag not in ids:
-                near = [i for i in ids if i.lower() == frag.lower() or frag in i or i in frag]
+                near = difflib.get_close_matches(frag, sorted(ids), n=1, cutoff=0.6)
                 hint = f" (did you mean #{near[0]}?)" if near else ""
                 rep.fail(page, "", f"broken anchor {href!r} ({link['text']!r}): no id "
                          f"{frag!r} on {rel}{hint}", link["where"])
@@ -309,8 +314,13 @@ def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page
 
         tab.on("console", on_console)
         tab.on("pageerror", lambda e: events.append(f"uncaught exception: {e}"))
-        tab.on("requestfailed", lambda r: r.url.startswith(base) and events.append(
-            f"failed to load {r.url[len(base) - 1:]}: {r.failure}"))
+        def on_failed(r):
+            # ERR_ABORTED: a request still in flight when the check moves on to the next
+            # page (the favicon, typically). A file that is not there answers 404 instead.
+            if r.url.startswith(base) and "ERR_ABORTED" not in (r.failure or ""):
+                events.append(f"failed to load {r.url[len(base) - 1:]}: {r.failure}")
+
+        tab.on("requestfailed", on_failed)
         tab.on("response", on_response)
         for page in pages:
             events.clear()
@@ -328,7 +338,15 @@ def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page
                 page_ids[page] = set(data["ids"])
             stem = Path(page).stem
             if shots and full and page not in NO_SCREENSHOT:
-                tab.screenshot(path=str(shots / f"{stem}.png"), full_page=True)
+                # The whole height, the content column's width (and a margin): the sidebar
+                # is the same on every page, and the narrower picture is quicker to encode.
+                x, w, h = tab.evaluate("(() => { const m = (document.querySelector('main') || "
+                                       "document.body).getBoundingClientRect(); return [m.left, "
+                                       "m.width, document.documentElement.scrollHeight]; })()")
+                x0 = max(0, x - SHOT_MARGIN)
+                tab.screenshot(path=str(shots / f"{stem}.png"), full_page=True,
+                               clip={"x": x0, "y": 0, "height": h,
+                                     "width": min(VIEWPORT["width"] - x0, w + 2 * SHOT_MARGIN)})
             elif shots and page not in NO_SCREENSHOT:
                 figs = tab.locator("main img, main svg, main object").filter(visible=True)
                 for i in range(figs.count()):

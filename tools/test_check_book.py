@@ -36,6 +36,8 @@ PAGES = {
     "console.html": page("<script>console.error('planted error');</script>"),
     "exception.html": page("<script>undefinedFunction();</script>"),
     "image.html": page("<h2 id='fig'>Figure</h2><img src='no-such.svg' alt='planted'>"),
+    "alt.html": page("<h2 id='fig'>Figure</h2><img src='data:image/svg+xml,"
+                     "%3Csvg xmlns=%22http://www.w3.org/2000/svg%22 width=%2210%22 height=%2210%22/%3E'>"),
     "table.html": page(f"<h2 id='t'>Table</h2>{WIDE_TABLE}"),
     "listing.html": page(f"<h2 id='l'>Listing</h2><pre><code style='display:block; overflow-x:visible; white-space:pre'>"
                          f"{LONG_LINE}</code></pre>"),
@@ -69,6 +71,7 @@ def test_clean_pages_pass(report):
     ("console.html", ["console error: planted error"]),
     ("exception.html", ["uncaught exception", "undefinedFunction"]),
     ("image.html", ["image does not load: no-such.svg", "(#fig)"]),
+    ("alt.html", ["image without alt text", "(#fig)"]),
     ("table.html", ["table 1", "does not stay in view (position: sticky)", "(#t)"]),
     ("listing.html", ["listing 1", "neither scrolls nor wraps", "(#l)"]),
     ("include.html", ["unresolved mdBook include: {{#include generated/ch01-tour.txt}}"]),
