@@ -49,9 +49,9 @@ __global__ void dense_decode_kernel(T* out, const T* q, const T* k_cache, const 
     acc[i] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kPerLane * 32];
+  PA_SHARED_REGION(s_m), PA_SHARED_REGION(s_l), PA_SHARED_REGION(s_acc);  // names for checked mode
   // TODO(ch01): o[d] (d < D) = sum over tokens t < len of softmax_t(q . k_t) * v_t[d], with
   //   k_t, v_t this sequence's slot t for our KV head (q_reg already holds q * scale: lane l
   //   keeps elements l, l + 32, ...). All four warps share the tokens; their partial results

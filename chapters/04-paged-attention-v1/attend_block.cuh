@@ -49,7 +49,6 @@ __device__ void attend_kv_block(const T* __restrict__ k_blk, const T* __restrict
   // (your code here)
 }
 // ANCHOR_END: attend_block
-
 // ANCHOR: merge_warps
 // Merges the kWarps warps' states of a thread block (the same rescaling as chapter 1).
 // Afterwards warp 0 holds the block's result: st.m, st.l, and st.acc[r] = output row
@@ -58,6 +57,7 @@ __device__ void attend_kv_block(const T* __restrict__ k_blk, const T* __restrict
 template <int kRows>
 __device__ void merge_warps(WarpState<kRows>& st) {
   __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][kRows * 32];
+  PA_SHARED_REGION(s_m), PA_SHARED_REGION(s_l), PA_SHARED_REGION(s_acc);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) {
     s_m[warp] = st.m;

@@ -24,10 +24,10 @@ paged_attention_v1_kernel(T* out, const T* q, const T* k_pool, const T* v_pool,
   }
   __shared__ float q_s[D];
   __shared__ float p_s[kWarps][BS];
+  PA_SHARED_REGION(q_s), PA_SHARED_REGION(p_s);  // checked mode's reports say "q_s[72]"
   for (int d = threadIdx.x; d < D; d += blockDim.x)
     q_s[d] = to_float(q[(int64_t(seq) * s.num_q_heads + head) * D + d]) * scale;
   __syncthreads();
-
   WarpState<kRows> st;
   st.m = -INFINITY;
   st.l = 0.f;

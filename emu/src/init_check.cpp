@@ -10,12 +10,19 @@
 #include "init_check.h"
 
 #if defined(PA_EMU_CHECK)
+#include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
-#include <set>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "block.h"
@@ -41,13 +48,77 @@ thread_local bool tl_active = false;  // a block runs on this worker
 thread_local Region tl_static;        // the worker's TLS: where static __shared__ lives
 thread_local Region tl_dynamic;
 
+// A piece of shared memory with a name: an array a kernel named with PA_SHARED_REGION
+// (its elements and shape known), or a static __shared__ array found in the program's
+// symbol table (its name and size only).
+struct Span {
+  uintptr_t lo = 0, hi = 0;
+  const char* name = nullptr;  // nullptr: unnamed dynamic shared memory
+  size_t elem = 0;             // element bytes; 0: unknown
+  size_t dims[3] = {};
+  int rank = 0;
+};
+thread_local std::vector<Span> tl_named;  // registered in the block running on this worker
+
+// Static __shared__ arrays are thread_local variables of the program: their offsets in its
+// TLS block and their names, from the ELF symbol table (read once).
+struct TlsSymbol {
+  uintptr_t offset;
+  size_t size;
+  std::string name;
+};
+std::vector<TlsSymbol> g_tls_symbols;  // sorted by offset
+uintptr_t g_threadidx_offset = 0;
+bool g_have_symbols = false;
+thread_local uintptr_t tl_tls_base = 0;  // where this worker's copy of offset 0 is
+
+std::string short_name(const char* mangled) {
+  int status = 0;
+  char* pretty = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && pretty ? pretty : mangled;
+  std::free(pretty);
+  const size_t colons = name.rfind("::");  // "void k<false>(float*)::partial" -> "partial"
+  return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+
+void load_tls_symbols() {
+  std::ifstream in("/proc/self/exe", std::ios::binary);
+  const std::string elf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (elf.size() < sizeof(Elf64_Ehdr) || elf.compare(0, 4, ELFMAG) != 0) return;
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(elf.data());
+  if (eh->e_shoff + size_t(eh->e_shnum) * sizeof(Elf64_Shdr) > elf.size()) return;
+  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(elf.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+    const Elf64_Shdr& strtab = sh[sh[i].sh_link];
+    if (sh[i].sh_offset + sh[i].sh_size > elf.size() || strtab.sh_offset + strtab.sh_size > elf.size())
+      return;
+    const auto* sym = reinterpret_cast<const Elf64_Sym*>(elf.data() + sh[i].sh_offset);
+    const size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
+    for (size_t k = 0; k < n; ++k) {
+      if (ELF64_ST_TYPE(sym[k].st_info) != STT_TLS || sym[k].st_name >= strtab.sh_size) continue;
+      const char* name = elf.data() + strtab.sh_offset + sym[k].st_name;
+      if (std::strcmp(name, "threadIdx") == 0) {
+        g_threadidx_offset = sym[k].st_value;
+        g_have_symbols = true;
+      }
+      if (sym[k].st_size > 0) g_tls_symbols.push_back({sym[k].st_value, sym[k].st_size, short_name(name)});
+    }
+  }
+  std::sort(g_tls_symbols.begin(), g_tls_symbols.end(),
+            [](const TlsSymbol& a, const TlsSymbol& b) { return a.offset < b.offset; });
+}
+
 struct Finding {
   void* pc;
   uintptr_t address;
   size_t bytes;
   bool dynamic;
-  size_t offset;
+  size_t offset;  // in the block's dynamic shared memory
   uint3 block, thread;
+  Span span;                        // the named array (or the whole buffer) read from
+  uintptr_t gap_lo = 0, gap_hi = 0;  // the never-written run of it around the read
+  bool span_written = false;         // some byte of the span was written
 };
 // Filled from kernel fibers without locks: a mutex would order the fibers for TSan and
 // hide races. take_report() keeps the first finding of each source line.
@@ -77,9 +148,42 @@ void program_tls(uintptr_t* lo, uintptr_t* hi) {
   *hi = tp;
 }
 
+// The named array that holds address a, else the region itself.
+Span span_of(uintptr_t a, const Region& r, bool dynamic) {
+  for (const Span& s : tl_named)
+    if (a >= s.lo && a < s.hi) return s;
+  Span s;
+  s.lo = r.lo;
+  s.hi = r.hi;
+  if (!dynamic && g_have_symbols) {
+    const uintptr_t off = a - tl_tls_base;
+    auto it = std::upper_bound(g_tls_symbols.begin(), g_tls_symbols.end(), off,
+                               [](uintptr_t o, const TlsSymbol& t) { return o < t.offset; });
+    if (it != g_tls_symbols.begin() && off < (--it)->offset + it->size) {
+      s.lo = tl_tls_base + it->offset;
+      s.hi = s.lo + it->size;
+      s.name = it->name.c_str();
+    }
+  }
+  return s;
+}
+
 void found(void* pc, uintptr_t a, size_t n, bool dynamic, const Region& r) {
   const int k = g_count.fetch_add(1, std::memory_order_relaxed);
-  if (k < kMaxFindings) g_findings[k] = Finding{pc, a, n, dynamic, a - r.lo, blockIdx, threadIdx};
+  if (k >= kMaxFindings) return;
+  Finding f{pc, a, n, dynamic, a - r.lo, blockIdx, threadIdx};
+  f.span = span_of(a, r, dynamic);
+  // The run of never-written bytes around the read, inside its array: what the kernel
+  // should have written (a loop bound, a branch, a warp that skipped its part).
+  const uintptr_t lo = std::max(f.span.lo, r.lo), hi = std::min(f.span.hi, r.hi);
+  uintptr_t g = a;
+  while (g > lo && !r.written[g - 1 - r.lo]) --g;
+  f.gap_lo = g;
+  g = a;
+  while (g < hi && !r.written[g - r.lo]) ++g;
+  f.gap_hi = g;
+  for (uintptr_t b = lo; b < hi && !f.span_written; ++b) f.span_written = r.written[b - r.lo];
+  g_findings[k] = f;
 }
 
 inline void on_read(void* pc, const void* p, size_t n) {
@@ -110,7 +214,13 @@ F real(const char* name) {
 
 void begin_block(void* dynamic_shared, size_t bytes) {
   thread_local uintptr_t lo = 0, hi = 0;  // this worker's TLS does not move: look once
-  if (!hi) program_tls(&lo, &hi);
+  if (!hi) {
+    program_tls(&lo, &hi);
+    static std::once_flag once;
+    std::call_once(once, load_tls_symbols);
+    tl_tls_base = reinterpret_cast<uintptr_t>(&threadIdx) - g_threadidx_offset;
+  }
+  tl_named.clear();
   tl_static.reset(lo, hi);
   // The built-in variables are written by the emulator, which TSan does not see.
   for (const void* v : {static_cast<const void*>(&threadIdx), static_cast<const void*>(&blockIdx),
@@ -123,17 +233,82 @@ void begin_block(void* dynamic_shared, size_t bytes) {
 
 void end_block() { tl_active = false; }
 
+namespace {
+// "q_s[72]", "p_s[1][3]" for a registered array; "s_m, bytes 4-7 of its 16" for a static
+// one known by name only; "byte 288 of 1024" for unnamed dynamic shared memory.
+std::string element(const Span& s, uintptr_t a) {
+  if (s.name && s.elem) {
+    size_t i = (a - s.lo) / s.elem;
+    std::string idx;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const size_t extent = s.dims[d] ? s.dims[d] : 1;
+      idx = "[" + std::to_string(d == 0 ? i : i % extent) + "]" + idx;
+      i /= extent;
+    }
+    return s.name + (s.rank ? idx : "[" + std::to_string((a - s.lo) / s.elem) + "]");
+  }
+  return "";
+}
+
+std::string where_in(const Span& s, uintptr_t a, size_t n) {
+  if (s.name && s.elem) return element(s, a);
+  const std::string bytes = n > 1 ? "bytes " + std::to_string(a - s.lo) + "-" +
+                                        std::to_string(a - s.lo + n - 1)
+                                  : "byte " + std::to_string(a - s.lo);
+  if (s.name) return std::string(s.name) + ", " + bytes + " of its " + std::to_string(s.hi - s.lo);
+  return bytes + " of " + std::to_string(s.hi - s.lo);
+}
+
+std::string never_written(const Finding& f) {
+  const Span& s = f.span;
+  const std::string whole =
+      s.name ? std::string(s.name) + (s.elem ? " (" + std::to_string((s.hi - s.lo) / s.elem) +
+                                                   " elements)"
+                                             : " (" + std::to_string(s.hi - s.lo) + " bytes)")
+             : "the block's dynamic shared memory (" + std::to_string(s.hi - s.lo) + " bytes)";
+  if (!f.span_written) return "no thread of this block wrote any of " + whole;
+  std::string run;
+  if (s.name && s.elem) {
+    const std::string first = element(s, f.gap_lo), last = element(s, f.gap_hi - 1);
+    run = first == last ? first : first + " to " + last;
+  } else {
+    run = (s.name ? std::string(s.name) + " " : std::string()) + "bytes " +
+          std::to_string(f.gap_lo - s.lo) + "-" + std::to_string(f.gap_hi - s.lo - 1);
+  }
+  return run + " (the rest of " + whole + " was written)";
+}
+
+}  // namespace
+
+void name_region(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
+                 int rank) {
+  if (!tl_active || !name || !bytes) return;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
+  for (const Span& s : tl_named)
+    if (s.lo == lo && s.hi == lo + bytes) return;  // every thread of the block names it
+  Span s;
+  s.lo = lo;
+  s.hi = lo + bytes;
+  s.name = name;
+  s.elem = elem;
+  s.rank = std::min(rank, 3);
+  for (int d = 0; d < s.rank; ++d) s.dims[d] = dims[d];
+  tl_named.push_back(s);
+}
+
 std::string take_report(const void* kernel_address) {
-  // Called after the launch, when the workers are idle. One report per source line.
+  // Called after the launch, when the workers are idle. One report per source line, with
+  // the count of the others like it.
   std::vector<std::pair<Finding, std::string>> findings;
-  std::set<std::string> seen;
+  std::map<std::string, int> more;
   const int count = std::min(g_count.exchange(0), kMaxFindings);
   std::vector<void*> pcs;
   for (int i = 0; i < count; ++i) pcs.push_back(static_cast<char*>(g_findings[i].pc) - 1);
   const std::vector<std::string> lines = source_lines(pcs);
   for (int i = 0; i < count; ++i) {
     std::string line = lines[i].empty() ? "  at (unknown line)" : lines[i];
-    if (seen.insert(line).second) findings.emplace_back(g_findings[i], line);
+    if (more.count(line)) ++more[line];
+    else more[line] = 0, findings.emplace_back(g_findings[i], line);
   }
   std::string out;
   const std::string kernel = findings.empty() ? "" : kernel_name(kernel_address);
@@ -143,16 +318,24 @@ std::string take_report(const void* kernel_address) {
     char who[160];
     std::snprintf(who, sizeof who, "block (%u,%u,%u), thread (%u,%u,%u)", f.block.x, f.block.y,
                   f.block.z, f.thread.x, f.thread.y, f.thread.z);
+    const std::string what = where_in(f.span, f.address, f.bytes);
     out += "emulator initcheck: read of " + std::to_string(f.bytes) + " bytes of " +
-           (f.dynamic ? "dynamic shared memory (byte " + std::to_string(f.offset) + ")"
-                      : std::string("__shared__ memory")) +
-           " that no thread of this block has written\n  in kernel " + kernel + "\n" + line +
-           "\n  by " + who +
+           (f.dynamic ? "dynamic shared memory" : "__shared__ memory") +
+           " that no thread of this block has written: " + what +
+           (f.dynamic && f.span.name ? " (byte " + std::to_string(f.offset) + ")" : "") +
+           "\n  in kernel " + kernel + "\n" + line + "\n  by " + who +
+           "\n  Never written in this block: " + never_written(f) + "." +
+           (f.dynamic && !f.span.name
+                ? "\n  (PA_SHARED_REGION(ptr, count) in the kernel names the arrays carved from "
+                  "this buffer, for reports like \"q_s[72]\".)"
+                : "") +
            "\n  Shared memory starts as garbage in every block: write it, and __syncthreads()"
            " (or __syncwarp() within a warp), before any thread reads it.\n";
+    if (more[line] > 0)
+      out += "  (and " + std::to_string(more[line]) + " more reads like it at this line)\n";
   }
   if (findings.size() > 2)
-    out += "  (" + std::to_string(findings.size() - 2) + " more such reads in this launch)\n";
+    out += "  (" + std::to_string(findings.size() - 2) + " more such reads in this launch, at other lines)\n";
   return out;
 }
 
@@ -216,6 +399,7 @@ namespace emu::initcheck {
 void begin_block(void*, size_t) {}
 void end_block() {}
 std::string take_report(const void*) { return ""; }
+void name_region(const char*, const void*, size_t, size_t, const size_t*, int) {}
 }  // namespace emu::initcheck
 
 #endif

@@ -10,4 +10,8 @@ void begin_block(void* dynamic_shared, size_t bytes);
 void end_block();
 // After a launch: what was found, in the course's words ("" if nothing).
 std::string take_report(const void* kernel);
+// PA_SHARED_REGION: names [p, p + bytes) of the running block's shared memory, an array of
+// `elem`-byte elements shaped dims[0..rank), for the reports.
+void name_region(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
+                 int rank);
 }  // namespace emu::initcheck

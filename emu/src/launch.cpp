@@ -253,6 +253,10 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ba
 unsigned active_mask() { return current_block()->active_mask(); }
 int lane_id() { return current_block()->lane(); }
 void* dynamic_shared_memory() { return tl_dynamic_smem; }
+void name_shared(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
+                 int rank) {
+  initcheck::name_region(name, p, bytes, elem, dims, rank);
+}
 }  // namespace detail
 
 }  // namespace emu

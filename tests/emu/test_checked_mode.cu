@@ -177,6 +177,103 @@ TEST(CheckedMode, ATicketCounterOrdersBlocks) {
   EXPECT_EQ(total.download()[0], 16 * 17 / 2);
 }
 
+// ---- initcheck: a read of shared memory that no thread of the block wrote names the
+// array and the element (PA_SHARED_REGION, or a static array's own name), the line that
+// reads, and the run of elements around it that was never written.
+constexpr int kHalfWrittenReadLine = __LINE__ + 6;
+__global__ void half_written_kernel(float* out) {
+  __shared__ float q_s[128];
+  PA_SHARED_REGION(q_s);
+  if (threadIdx.x < 64) q_s[threadIdx.x] = 1.f;  // the loop bound is wrong: half of q_s
+  __syncthreads();
+  out[blockIdx.x * 128 + threadIdx.x] = q_s[threadIdx.x];
+}
+
+TEST(CheckedMode, InitcheckNamesTheArrayTheElementAndWhatWasNeverWritten) {
+  pa::DeviceBuffer<float> out(256);
+  const std::string msg = error_of(
+      [&] { pa::launch(half_written_kernel, dim3(2), dim3(128), 0, nullptr, out.get()); });
+  EXPECT_TRUE(contains_text(msg, "emulator initcheck: read of 4 bytes of __shared__ memory that "
+                                 "no thread of this block has written: q_s["));
+  EXPECT_TRUE(contains_text(msg, file_line(kHalfWrittenReadLine)));
+  EXPECT_TRUE(contains_text(msg, "Never written in this block: q_s[64] to q_s[127] (the rest of "
+                                 "q_s (128 elements) was written)"));
+  // 64 threads of each of 2 blocks read at that line: one report, with a count.
+  EXPECT_TRUE(contains_text(msg, "more reads like it at this line"));
+  EXPECT_EQ(msg.find("emulator initcheck", msg.find("emulator initcheck") + 1), std::string::npos)
+      << msg;
+}
+
+// A two-dimensional array: warp 2 skips its row.
+__global__ void skipped_row_kernel(float* out) {
+  __shared__ float p_s[4][16];
+  PA_SHARED_REGION(p_s);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (warp != 2 && lane < 16) p_s[warp][lane] = float(lane);
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = p_s[2][3];
+}
+
+TEST(CheckedMode, InitcheckNamesAnElementOfATwoDimensionalArray) {
+  pa::DeviceBuffer<float> out(1);
+  const std::string msg = error_of(
+      [&] { pa::launch(skipped_row_kernel, dim3(1), dim3(128), 0, nullptr, out.get()); });
+  EXPECT_TRUE(contains_text(msg, "has written: p_s[2][3]"));
+  EXPECT_TRUE(contains_text(msg, "Never written in this block: p_s[2][0] to p_s[2][15]"));
+}
+
+// Not named with PA_SHARED_REGION: a static array still goes by its own name, in bytes.
+__global__ void unnamed_slots_kernel(float* out) {
+  __shared__ float s_m[4];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0 && warp != 2) s_m[warp] = 1.f;  // an idle warp skips its slot
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = s_m[0] + s_m[1] + s_m[2] + s_m[3];
+}
+
+TEST(CheckedMode, InitcheckNamesAStaticArrayByItsName) {
+  pa::DeviceBuffer<float> out(1);
+  const std::string msg = error_of(
+      [&] { pa::launch(unnamed_slots_kernel, dim3(1), dim3(128), 0, nullptr, out.get()); });
+  EXPECT_TRUE(contains_text(msg, "has written: s_m, bytes 8-11 of its 16"));
+  EXPECT_TRUE(contains_text(msg, "Never written in this block: s_m bytes 8-11 (the rest of s_m "
+                                 "(16 bytes) was written)"));
+}
+
+// One dynamic buffer carved into two arrays, named with PA_SHARED_REGION(ptr, count).
+template <bool kNamed>
+__global__ void carved_kernel(float* out) {
+  PA_DYNAMIC_SHARED(float, smem);
+  float* q_s = smem;       // 64 floats
+  float* p_s = smem + 64;  // 32 floats
+  if (kNamed) {
+    PA_SHARED_REGION(q_s, 64);
+    PA_SHARED_REGION(p_s, 32);
+  }
+  q_s[threadIdx.x] = 1.f;
+  q_s[threadIdx.x + 32] = 1.f;
+  if (threadIdx.x < 8) p_s[threadIdx.x] = 2.f;
+  __syncthreads();
+  out[threadIdx.x] = p_s[threadIdx.x];
+}
+
+TEST(CheckedMode, InitcheckNamesTheRegionsOfADynamicBuffer) {
+  pa::DeviceBuffer<float> out(32);
+  const size_t bytes = 96 * sizeof(float);
+  const std::string named = error_of(
+      [&] { pa::launch(carved_kernel<true>, dim3(1), dim3(32), bytes, nullptr, out.get()); });
+  EXPECT_TRUE(contains_text(named, "of dynamic shared memory that no thread of this block has "
+                                   "written: p_s["));
+  EXPECT_TRUE(contains_text(named, "Never written in this block: p_s[8] to p_s[31] (the rest of "
+                                   "p_s (32 elements) was written)"));
+  const std::string unnamed = error_of(
+      [&] { pa::launch(carved_kernel<false>, dim3(1), dim3(32), bytes, nullptr, out.get()); });
+  EXPECT_TRUE(contains_text(unnamed, "has written: byte"));
+  EXPECT_TRUE(contains_text(unnamed, "bytes 288-383 (the rest of the block's dynamic shared "
+                                     "memory (384 bytes) was written)"));
+  EXPECT_TRUE(contains_text(unnamed, "PA_SHARED_REGION(ptr, count)"));
+}
+
 // ---- Reading one element past the end of a device allocation, or of dynamic shared
 // memory, faults at once: the launch fails with a report that names the buffer, the
 // distance and the line (the access did not happen), and the program goes on.

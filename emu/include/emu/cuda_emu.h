@@ -67,6 +67,24 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ba
 unsigned active_mask();  // the warp's lanes that have not exited
 void* dynamic_shared_memory();
 int lane_id();
+// PA_SHARED_REGION (pa/backend.h): names a piece of the block's shared memory for checked
+// mode's reports. Plain mode never calls it.
+void name_shared(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
+                 int rank);
+template <typename A>
+void name_shared_array(const char* name, A& array) {
+  static_assert(std::is_array_v<A>,
+                "PA_SHARED_REGION(x) names a __shared__ array; for a pointer into dynamic shared "
+                "memory, say how many elements: PA_SHARED_REGION(ptr, count)");
+  const size_t dims[3] = {std::extent_v<A, 0>, std::extent_v<A, 1>, std::extent_v<A, 2>};
+  name_shared(name, &array, sizeof(A), sizeof(std::remove_all_extents_t<A>), dims,
+              int(std::rank_v<A>));
+}
+template <typename T>
+void name_shared_pointer(const char* name, T* p, size_t count) {
+  const size_t dims[1] = {count};
+  name_shared(name, p, count * sizeof(T), sizeof(T), dims, 1);
+}
 
 template <typename T>
 uint64_t to_bits(T v) {
