@@ -71,12 +71,15 @@ void SharedBlockManager::fork(int parent, int child) {
 // ANCHOR: needs_copy
 bool SharedBlockManager::needs_copy(int seq_id, int n) const {
   const Sequence& seq = find(seq_id, "needs_copy");
-  // TODO(ch07): true exactly when writing n more tokens would land in a block that another
-  //   sequence also holds: n > 0, the tail block is partly filled (a full tail gets a fresh
-  //   block for the next token anyway) and its refcount is above 1.
+  // TODO(ch07): true exactly when appending n more tokens to the sequence (positions length ..
+  //   length + n - 1) would write into a block that another sequence also holds, so that
+  //   append_slots must copy that block first; false otherwise. Nothing changes (const).
   // HINT(1): the next token goes to position seq.length; which block is that, and who else
   //   holds it?
-  // HINT(2): n > 0 && seq.length % block_size_ != 0 && refcount_[seq.blocks.back()] > 1.
+  // HINT(2): only the tail block can be both written and shared: n > 0, the tail block is
+  //   partly filled (a full tail gets a fresh block for the next token anyway) and its
+  //   refcount is above 1.
+  // HINT(3): n > 0 && seq.length % block_size_ != 0 && refcount_[seq.blocks.back()] > 1.
   // BEGIN SOLUTION
   // STUB: PA_TODO("ch07");
   return n > 0 && seq.length % block_size_ != 0 && refcount_[size_t(seq.blocks.back())] > 1;
