@@ -117,14 +117,16 @@ struct Finding {
   size_t offset;  // in the block's dynamic shared memory
   uint3 block, thread;
   Span span;                        // the named array (or the whole buffer) read from
-  uintptr_t gap_lo = 0, gap_hi = 0;  // the never-written run of it around the read
-  bool span_written = false;         // some byte of the span was written
+  uintptr_t gap_lo = 0, gap_hi = 0;  // the not-yet-written run of it around the read
+  bool span_written = false;         // some byte of the span was written before the read
+  bool written_later = false;        // the bytes read were written after it, in the block
 };
 // Filled from kernel fibers without locks: a mutex would order the fibers for TSan and
 // hide races. take_report() keeps the first finding of each source line.
 constexpr int kMaxFindings = 64;
 Finding g_findings[kMaxFindings];
 std::atomic<int> g_count{0};
+thread_local std::vector<int> tl_mine;  // the findings of the block running on this worker
 
 // The main program's TLS block on this thread: [thread pointer - size, thread pointer)
 // on x86-64. Our __shared__ arrays are thread_local variables of the program.
@@ -184,6 +186,7 @@ void found(void* pc, uintptr_t a, size_t n, bool dynamic, const Region& r) {
   f.gap_hi = g;
   for (uintptr_t b = lo; b < hi && !f.span_written; ++b) f.span_written = r.written[b - r.lo];
   g_findings[k] = f;
+  if (tl_mine.size() < tl_mine.capacity()) tl_mine.push_back(k);  // never allocates here
 }
 
 inline void on_read(void* pc, const void* p, size_t n) {
@@ -221,6 +224,8 @@ void begin_block(void* dynamic_shared, size_t bytes) {
     tl_tls_base = reinterpret_cast<uintptr_t>(&threadIdx) - g_threadidx_offset;
   }
   tl_named.clear();
+  tl_mine.clear();
+  tl_mine.reserve(kMaxFindings);
   tl_static.reset(lo, hi);
   // The built-in variables are written by the emulator, which TSan does not see.
   for (const void* v : {static_cast<const void*>(&threadIdx), static_cast<const void*>(&blockIdx),
@@ -231,7 +236,19 @@ void begin_block(void* dynamic_shared, size_t bytes) {
   tl_active = true;
 }
 
-void end_block() { tl_active = false; }
+void end_block() {
+  // Was what each read found unwritten written later in the block? Then the read came
+  // before the write (a missing barrier), rather than no thread writing it at all.
+  for (int k : tl_mine) {
+    Finding& f = g_findings[k];
+    const Region& r = f.dynamic ? tl_dynamic : tl_static;
+    bool all = f.address >= r.lo && f.address + f.bytes <= r.hi;
+    for (size_t i = 0; all && i < f.bytes; ++i) all = r.written[f.address + i - r.lo];
+    f.written_later = all;
+  }
+  tl_mine.clear();
+  tl_active = false;
+}
 
 namespace {
 // "q_s[72]", "p_s[1][3]" for a registered array; "s_m, bytes 4-7 of its 16" for a static
@@ -259,14 +276,16 @@ std::string where_in(const Span& s, uintptr_t a, size_t n) {
   return bytes + " of " + std::to_string(s.hi - s.lo);
 }
 
-std::string never_written(const Finding& f) {
+std::string unwritten(const Finding& f, bool later) {
   const Span& s = f.span;
   const std::string whole =
       s.name ? std::string(s.name) + (s.elem ? " (" + std::to_string((s.hi - s.lo) / s.elem) +
                                                    " elements)"
                                              : " (" + std::to_string(s.hi - s.lo) + " bytes)")
              : "the block's dynamic shared memory (" + std::to_string(s.hi - s.lo) + " bytes)";
-  if (!f.span_written) return "no thread of this block wrote any of " + whole;
+  if (!f.span_written)
+    return later ? "no thread of this block had written any of " + whole + " yet"
+                 : "no thread of this block wrote any of " + whole;
   std::string run;
   if (s.name && s.elem) {
     const std::string first = element(s, f.gap_lo), last = element(s, f.gap_hi - 1);
@@ -275,7 +294,7 @@ std::string never_written(const Finding& f) {
     run = (s.name ? std::string(s.name) + " " : std::string()) + "bytes " +
           std::to_string(f.gap_lo - s.lo) + "-" + std::to_string(f.gap_hi - s.lo - 1);
   }
-  return run + " (the rest of " + whole + " was written)";
+  return run + " (the rest of " + whole + (later ? " had been written)" : " was written)");
 }
 
 }  // namespace
@@ -324,7 +343,15 @@ std::string take_report(const void* kernel_address) {
            " that no thread of this block has written: " + what +
            (f.dynamic && f.span.name ? " (byte " + std::to_string(f.offset) + ")" : "") +
            "\n  in kernel " + kernel + "\n" + line + "\n  by " + who +
-           "\n  Never written in this block: " + never_written(f) + "." +
+           (f.written_later
+                ? "\n  Not yet written when read: " + unwritten(f, true) +
+                      ".\n  A thread of this block wrote it later: the read came before the write. "
+                      "A __syncthreads() between them (or a __syncwarp(), if the writer and the "
+                      "reader are lanes of one warp) orders them."
+                : "\n  Never written in this block: " + unwritten(f, false) +
+                      ".\n  No thread of this block wrote it, before or after the read: look for "
+                      "the write that should cover it (a loop bound, a branch, a warp that skips "
+                      "its part).") +
            (f.dynamic && !f.span.name
                 ? "\n  (PA_SHARED_REGION(ptr, count) in the kernel names the arrays carved from "
                   "this buffer, for reports like \"q_s[72]\".)"

@@ -198,10 +198,39 @@ TEST(CheckedMode, InitcheckNamesTheArrayTheElementAndWhatWasNeverWritten) {
   EXPECT_TRUE(contains_text(msg, file_line(kHalfWrittenReadLine)));
   EXPECT_TRUE(contains_text(msg, "Never written in this block: q_s[64] to q_s[127] (the rest of "
                                  "q_s (128 elements) was written)"));
+  EXPECT_TRUE(contains_text(msg, "No thread of this block wrote it, before or after the read"));
   // 64 threads of each of 2 blocks read at that line: one report, with a count.
   EXPECT_TRUE(contains_text(msg, "more reads like it at this line"));
   EXPECT_EQ(msg.find("emulator initcheck", msg.find("emulator initcheck") + 1), std::string::npos)
       << msg;
+}
+
+// The slot is written, but after the read (no barrier between): not "never written".
+template <bool kBarrier>
+__global__ void read_before_write_kernel(float* out) {
+  __shared__ float slot[4];
+  PA_SHARED_REGION(slot);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) slot[warp] = float(warp);
+  if (kBarrier) __syncthreads();
+  if (threadIdx.x == 0) out[0] = slot[3];
+}
+
+TEST(CheckedMode, InitcheckTellsAReadBeforeTheWriteFromAMissingWrite) {
+  pa::DeviceBuffer<float> out(1);
+  emu::set_schedule("forward");  // thread 0 reads slot[3] before warp 3's lane 0 writes it
+  const std::string msg = error_of(
+      [&] { pa::launch(read_before_write_kernel<false>, dim3(1), dim3(128), 0, nullptr, out.get()); });
+  emu::set_schedule(nullptr);
+  EXPECT_TRUE(contains_text(msg, "has written: slot[3]"));
+  EXPECT_TRUE(contains_text(msg, "Not yet written when read: slot[1] to slot[3] (the rest of slot "
+                                 "(4 elements) had been written)"));
+  EXPECT_TRUE(contains_text(msg, "A thread of this block wrote it later"));
+  EXPECT_EQ(msg.find("Never written"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] {
+              pa::launch(read_before_write_kernel<true>, dim3(1), dim3(128), 0, nullptr, out.get());
+            }),
+            "(no error)");
 }
 
 // A two-dimensional array: warp 2 skips its row.
