@@ -25,6 +25,7 @@ PAGE-THEME-figureN.png, each figure as the other themes show it. Each theme runs
 browser of its own, in parallel.
 """
 import argparse
+import base64
 import difflib
 import functools
 import http.server
@@ -43,6 +44,8 @@ VIEWPORT = {"width": 1280, "height": 900}
 WIDE_TABLE = 1.5  # a table wider than this many columns must scroll with a sticky first column
 # print.html is every chapter on one page (about 250,000 px tall): checked, not pictured.
 NO_SCREENSHOT = {"print.html"}
+# print.html is also the biggest page to load: the other themes see its chapters one by one.
+FIRST_THEME_ONLY = {"print.html"}
 SHOT_MARGIN = 24  # px either side of the content column in the screenshots
 
 # Runs in the page once it has loaded; returns what the checks need. Widths are CSS px.
@@ -296,6 +299,7 @@ def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page
             init += f"try {{ localStorage.setItem('mdbook-theme', '{theme}'); }} catch (e) {{}}"
         ctx.add_init_script(init)
         tab = ctx.new_page()
+        cdp = ctx.new_cdp_session(tab)
         events = []
 
         def on_console(m):
@@ -323,6 +327,8 @@ def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page
         tab.on("requestfailed", on_failed)
         tab.on("response", on_response)
         for page in pages:
+            if not full and page in FIRST_THEME_ONLY:
+                continue
             events.clear()
             t0 = time.monotonic()
             tab.goto(base + page, wait_until="load")
@@ -344,9 +350,15 @@ def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page
                                        "document.body).getBoundingClientRect(); return [m.left, "
                                        "m.width, document.documentElement.scrollHeight]; })()")
                 x0 = max(0, x - SHOT_MARGIN)
-                tab.screenshot(path=str(shots / f"{stem}.png"), full_page=True,
-                               clip={"x": x0, "y": 0, "height": h,
-                                     "width": min(VIEWPORT["width"] - x0, w + 2 * SHOT_MARGIN)})
+                clip = {"x": x0, "y": 0, "height": h,
+                        "width": min(VIEWPORT["width"] - x0, w + 2 * SHOT_MARGIN)}
+                try:  # Chromium's own call: its fast PNG encoding is about 1.7x quicker
+                    shot = cdp.send("Page.captureScreenshot", {
+                        "format": "png", "captureBeyondViewport": True,
+                        "optimizeForSpeed": True, "clip": dict(clip, scale=1)})
+                    (shots / f"{stem}.png").write_bytes(base64.b64decode(shot["data"]))
+                except Exception:  # noqa: BLE001 (an older Chromium: Playwright's way)
+                    tab.screenshot(path=str(shots / f"{stem}.png"), full_page=True, clip=clip)
             elif shots and page not in NO_SCREENSHOT:
                 figs = tab.locator("main img, main svg, main object").filter(visible=True)
                 for i in range(figs.count()):
