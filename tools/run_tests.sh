@@ -108,6 +108,12 @@ fi
 step "the serving demo runs (make demo)" "$build/demo/serve" --quiet
 step "the tour runs (make tour)" "$build/demo/tour"
 step "the book builds (mdbook)" bash tools/build_book.sh "$build" "$python"
+# Every page in headless Chromium (Debian's, driven by Playwright): console errors, links
+# and anchors, images, wide tables and listings, includes; screenshots in build/.
+step "the book renders in a real browser (Chromium)" \
+    "$python" tools/check_book.py book/book --screenshots build/book-screenshots
+step "the book check finds planted problems (pytest tools/test_check_book.py)" \
+    "$python" -m pytest -q -p no:cacheprovider tools/test_check_book.py
 
 echo
 echo "== Summary"
