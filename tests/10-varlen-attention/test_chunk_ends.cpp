@@ -1,9 +1,10 @@
-// Chapter 10's kernel on plans make_plan never makes: every tile's KV cut into chunks of 48
-// or 80 tokens, so that chunks end INSIDE a stage of the ring (make_plan's chunks are
-// multiples of kKvTile and always end between stages). The stage past a chunk's end holds
-// zeros (K) that score 0, not -inf: only the mask's kv_end condition keeps them out of the
-// chunk's softmax. The partials of each tile are merged as usual; the output must be the
-// reference's, whatever the cut.
+// Chapter 10's kernel on plans make_plan never makes: every tile's KV cut into chunks of 40,
+// 48 or 80 tokens, so that chunks end INSIDE a stage of the ring (make_plan's chunks are
+// multiples of kKvTile and always end between stages), and with 40, inside one of a stage's
+// 16-token halves (the warps skip whole halves past kv_end, not the slots of a half). The
+// stage past a chunk's end holds zeros (K) that score 0, not -inf: only the mask's kv_end
+// condition keeps them out of the chunk's softmax. The partials of each tile are merged as
+// usual; the output must be the reference's, whatever the cut.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -18,8 +19,9 @@ using pa::ch10::WorkItem;
 using pa::test::GoldenCase;
 using pa::test::VarlenCase;
 
-// Every (tile, KV head) of the batch cut into chunks of `cut` tokens (a multiple of 16), the
-// items dealt round-robin to `grid` thread blocks: a valid plan, by hand.
+// Every (tile, KV head) of the batch cut into chunks of `cut` tokens (a multiple of the 16-byte
+// V piece's tokens: 8, or 16 for e4m3), the items dealt round-robin to `grid` thread blocks:
+// a valid plan, by hand.
 Plan cut_every_tile(const pa::ch10::VarlenShape& s, const std::vector<int>& seq_lens,
                     const std::vector<int>& qsl, int cut, int grid) {
   const int G = s.num_q_heads / s.num_kv_heads;
@@ -55,7 +57,8 @@ void check_cuts(const GoldenCase& g) {
   VarlenCase<T> c(g);
   const auto dims = pa::test::varlen_out_dims(c.shape);
   VarlenAttention attn;
-  for (const int cut : {48, 80}) {
+  const std::vector<int> cuts = c.fp8 ? std::vector<int>{48, 80} : std::vector<int>{40, 48, 80};
+  for (const int cut : cuts) {
     const Plan p = cut_every_tile(c.shape, c.seq_lens, c.qsl, cut, 3);
     attn.use_plan(c.shape, pa::dtype_of<T>(), c.cache(), p);
     attn.poison_workspace();
@@ -71,7 +74,7 @@ void check_cuts(const GoldenCase& g) {
     EXPECT_TRUE(pa::test::all_close(c.out.download(), c.expected, dims, c.atol, c.rtol))
         << c.name << ": every tile's KV cut by hand into chunks of " << cut << " tokens ("
         << p.items.size() << " items, " << split << " of them chunks of a split tile, on 3 "
-        << "thread blocks): a chunk [kv_begin, kv_end) ends inside a 64-token stage, whose "
+        << "thread blocks): a chunk [kv_begin, kv_end) ends inside a stage, whose "
         << "slots past kv_end hold zeros. A query token that fails here and not in "
         << "VarlenGolden sees keys at or past its item's kv_end: the mask must hide every key "
         << "at kpos >= kv_end (a score of 0 is not -inf).";
