@@ -6,6 +6,8 @@ not only fail but NAME the cause (which line, which race, which sequence or elem
     python3 tools/run_mutants.py 04-missing-barrier 02   # by name, or by name prefix
     python3 tools/run_mutants.py --mode plain     # run `mode: check` mutants in plain mode
     python3 tools/run_mutants.py --list
+    python3 tools/run_mutants.py --suite exercise # tests/exercise_mutants/: wrong answers to
+                                                  # the exercises, which the tests must kill
 
 It copies the repository once into build/mutants/tree (without build/, .venv, .git),
 configures one build directory per mode there (build/mutants/build-plain, -check), and for
@@ -13,9 +15,17 @@ each mutant: applies it (the `find` text must occur exactly once), rebuilds only
 chapter's solution test, runs it with a timeout, and restores the file. A mutant passes
 when the test fails (CAUGHT) and every `expect` regex matches its output (NAMED). The log of
 each run is kept in build/mutants/logs/NAME.log. The file format is in tests/mutants/README.md.
+
+Two suites share the format, the runner and the scratch builds:
+  kernel    tests/mutants/: classic kernel bugs; the tests must catch AND name each one.
+  exercise  tests/exercise_mutants/: wrong-but-plausible answers to the exercises (the
+            regions between BEGIN SOLUTION and END SOLUTION), run on the plain emulator;
+            the chapter's tests must fail on each (KILL it) and say what is wrong (its
+            `expect`s). The run prints the kill rate per chapter. Logs: logs/exercise/.
 """
 import argparse
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -34,11 +44,14 @@ EXCLUDE_TOP = {"build", ".venv", ".git", ".whl", ".gl", ".pytest_cache"}
 EXCLUDE_ANY = {"__pycache__"}
 
 
+SUITES = {"kernel": ROOT / "tests" / "mutants", "exercise": ROOT / "tests" / "exercise_mutants"}
+
+
 class MutantError(Exception):
     pass
 
 
-def parse_mutant(path):
+def parse_mutant(path, suite="kernel"):
     """KEY: VALUE lines. A key alone on its line starts a block: the lines after it, verbatim,
     up to the next KEY line (trailing empty lines dropped). `expect` may repeat."""
     fields, cur = {}, None
@@ -70,10 +83,14 @@ def parse_mutant(path):
         if key not in out:
             raise MutantError(f"{path.name}: missing `{key}`")
     out["name"] = path.stem
+    out["suite"] = suite
     out["chapter"] = "%02d" % int(out["chapter"])
     out["mode"] = out.get("mode", "plain").strip()
     if out["mode"] not in ("plain", "check"):
         raise MutantError(f"{path.name}: mode must be plain or check, not {out['mode']!r}")
+    if suite == "exercise" and (out["mode"] != "plain" or out.get("pending")):
+        raise MutantError(f"{path.name}: an exercise mutant runs on the plain emulator and is "
+                          "never pending: the plain tests must kill it")
     for rx in out["expect"]:
         try:
             re.compile(rx)
@@ -204,6 +221,9 @@ def run_test(binary, mut, timeout, tool=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="mutant names or name prefixes (default: all)")
+    ap.add_argument("--suite", choices=("kernel", "exercise", "all"), default="kernel",
+                    help="kernel: tests/mutants/ (the default); exercise: tests/exercise_mutants/, "
+                         "wrong answers to the exercises; all: both")
     ap.add_argument("--mode", choices=("plain", "check"),
                     help="run every selected mutant in this mode (default: each mutant's own)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per test run (default 300)")
@@ -226,11 +246,14 @@ def main():
                          "side-by-side table to MD (the emulator's verdicts come from a CPU run)")
     args = ap.parse_args()
 
-    mutants_dir = ROOT / "tests" / "mutants"
+    suites = ["kernel", "exercise"] if args.suite == "all" else [args.suite]
     try:
-        mutants = [parse_mutant(p) for p in sorted(mutants_dir.glob("*.mutant"))]
+        mutants = [parse_mutant(p, suite) for suite in suites
+                   for p in sorted(SUITES[suite].glob("*.mutant"))]
     except MutantError as e:
         sys.exit(f"run_mutants: {e}")
+    if args.suite == "exercise" and args.mode == "check":
+        sys.exit("run_mutants: exercise mutants run on the plain emulator (no --mode check)")
     if args.names:
         chosen = [m for m in mutants if any(m["name"] == n or m["name"].startswith(n) for n in args.names)]
         if not chosen:
@@ -238,9 +261,17 @@ def main():
         mutants = chosen
     if args.list:
         for m in mutants:
-            print(f"{m['name']:34} ch{m['chapter']} {m['mode']:5}  {m['why']}")
+            print(f"{m['name']:34} ch{m['chapter']} {m['suite']:8} {m['mode']:5}  {m['why']}")
         return 0
 
+    # One run at a time in build/mutants: two would plant their mutants in one scratch tree.
+    (ROOT / "build" / "mutants").mkdir(parents=True, exist_ok=True)
+    lock = open(ROOT / "build" / "mutants" / ".lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("run_mutants: another run is using build/mutants; waiting for it to finish", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
     if args.gpu:
         return run_on_gpu(mutants, args)
     python = args.python or str(ROOT / ".venv" / "bin" / "python")
@@ -251,12 +282,14 @@ def main():
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     copied, removed = sync_tree(tree)
-    print(f"== mutant suite: {len(mutants)} mutants; scratch copy {tree.relative_to(ROOT)} "
+    print(f"== mutant suite ({', '.join(suites)}): {len(mutants)} mutants; scratch copy {tree.relative_to(ROOT)} "
           f"({copied} files updated, {removed} removed)")
 
     check_ok = checked_mode_available(tree)
     for m in mutants:
-        m["ran_as"] = args.mode or m["mode"]
+        m["log"] = logs / ("exercise" if m["suite"] == "exercise" else "") / f"{m['name']}.log"
+        m["log"].parent.mkdir(parents=True, exist_ok=True)
+        m["ran_as"] = "plain" if m["suite"] == "exercise" else (args.mode or m["mode"])
         if m["ran_as"] == "check" and not check_ok:
             m["ran_as"] = "plain"
             m["pending_now"] = "checked mode (-DPA_EMU_CHECK) not available yet: ran in plain mode"
@@ -300,7 +333,7 @@ def main():
     for m in sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"])):
         bdir = build_dirs[m["ran_as"]]
         target = f"test_ch{m['chapter']}_solution"
-        log = logs / f"{m['name']}.log"
+        log = m["log"]
         start = time.time()
         status, out, timed_out, caught, missing = "", "", False, False, []
         with planted(tree, m):
@@ -330,7 +363,7 @@ def main():
                        + "".join(f"expect NOT matched: {rx}\n" for rx in missing)
                        + "-" * 60 + "\n" + out)
         results.append((m, caught, named, secs, status, missing, pending))
-        if args.record and not status.startswith("BUILD"):
+        if args.record and m["suite"] == "kernel" and not status.startswith("BUILD"):
             record(Path(args.record), m, out, tree)
         mark = "yes" if caught else "NO"
         print(f"   {m['name']:34} {m['ran_as']:5}  caught {mark:3}  named {'yes' if named else 'NO':3}"
@@ -353,8 +386,15 @@ def main():
                 print(f"      expect not matched: {rx}")
             if pending:
                 print(f"      pending: {m['pending_now']}")
-            print(f"      log:  {(logs / (m['name'] + '.log')).relative_to(ROOT)}")
+            print(f"      log:  {m['log'].relative_to(ROOT)}")
     n_fail = len(results) - n_pass
+    # The kill rate: the share of each chapter's mutants its tests fail on (named or not).
+    print("\n   kill rate (mutants whose chapter's tests fail):")
+    for suite in suites:
+        for chapter in sorted({m["chapter"] for m, *_ in results if m["suite"] == suite}):
+            mine = [caught for m, caught, *_ in results if m["suite"] == suite and m["chapter"] == chapter]
+            print(f"   {suite:8} chapter {int(chapter):2}: {sum(mine)} of {len(mine)} killed "
+                  f"({100.0 * sum(mine) / len(mine):.0f}%)")
     print(f"\n   total {time.time() - t0:.0f}s")
     if n_pending:
         print(f"   {n_pending} of the failures are pending (caught, named once a planned feature "
