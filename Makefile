@@ -10,7 +10,8 @@
 #   make hint-1             the next hint for chapter 1 (EXERCISE=2|all, LEVEL=2, RESET=1)
 #   make watch-1            re-run chapter 1's tests whenever chapters/01-*/ changes
 #   make progress           one line: which chapters pass, from the last test runs
-#   make test               everything CI checks
+#   make test               everything CI checks but the slowest: solutions, skeletons, emulator, book
+#   make ci                 the slower checks CI runs after make test: the exercise mutants
 #   make book | doctor | nvcc-check | skeletons
 #
 # BACKEND=cpu|cuda forces a backend (default: cuda if a GPU works, else the CPU emulator).
@@ -28,10 +29,10 @@ CHAPTERS := $(sort $(patsubst solutions/%/,%,$(wildcard solutions/[0-9][0-9]-*/)
 
 .PHONY: help setup configure check-configure build demo demo-mine tour test test-chapter-% test-solution-% test-mine-% \
         check-chapter-% check-solution-% book doctor nvcc-check skeletons check-skeletons clean \
-        hint-% watch-% progress
+        hint-% watch-% progress ci
 
 help:
-	@sed -n '2,18p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,19p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 ifneq ($(SKIP_SETUP),1)
@@ -106,6 +107,12 @@ check-solution-%: check-configure
 
 test: configure
 	@bash tools/run_tests.sh $(BUILD) $(BACKEND) $(PYTHON)
+
+# The slower checks, run by CI (.ci/run) after make test: every wrong-but-plausible answer
+# to an exercise (tests/exercise_mutants/) must fail its chapter's plain tests. Each mutant
+# rebuilds one file at -O1 in build/mutants/; the kill rate per chapter is printed.
+ci: configure
+	@python3 tools/run_mutants.py --suite exercise --jobs $(JOBS) --python $(PYTHON)
 
 book: configure
 	@bash tools/build_book.sh $(BUILD) $(PYTHON)
