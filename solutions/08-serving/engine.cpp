@@ -172,16 +172,17 @@ void Engine::preempt(Group& victim) {
   for (const Seq* s : victim.seqs)
     if (!s->parked) distinct.insert(blocks_.block_list(s->id).begin(), blocks_.block_list(s->id).end());
   const int host_needed = int(distinct.size());
-  // TODO(ch08): the victim request (already off running_, its preemption counted) gives all
-  //   the GPU KV blocks of its sequences back and waits to be resumed. Parked sequences
-  //   (s->parked) hold no blocks: leave them out of the releases. Swap
-  //   (cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0, and host_needed free
-  //   host blocks): swap_out(victim) copies the KV to host blocks; then each sequence's GPU
-  //   blocks are released; state swapped, at the back of swapped_, ++stats_.swap_outs,
-  //   num_computed unchanged. Otherwise recompute: each sequence's blocks released,
-  //   num_computed = 0, logits cleared, parked = false; state waiting, at the FRONT of
-  //   waiting_, ++stats_.recomputes. Blocks shared with other sequences (a prefix-cache hit,
-  //   a fork) only lose one owner.
+  // TODO(ch08): on return the victim request (already off running_, its preemption counted)
+  //   holds no GPU KV block and waits to be resumed; a block it shares with other sequences
+  //   (a prefix-cache hit, a fork) has only lost its owners among the victim's. Parked
+  //   sequences (s->parked) hold no blocks and release none. The mode is swap when
+  //   cfg_.preemption == Preemption::swap, cfg_.num_swap_blocks > 0 and the host has
+  //   host_needed free blocks, else recompute.
+  //   Swap: the victim's KV survives in host blocks (swap_out(victim), given, copies it from
+  //   the GPU blocks); num_computed unchanged; state swapped, at the back of swapped_,
+  //   ++stats_.swap_outs.
+  //   Recompute: its KV is dropped: each sequence has num_computed = 0, no logits and
+  //   parked = false; state waiting, at the FRONT of waiting_, ++stats_.recomputes.
   // HINT(1): blocks_.release(s->id) gives a sequence's GPU blocks back and takes care of
   //   shared blocks. Choose the mode first: swap needs host_needed free host blocks
   //   (host_alloc_.num_free()). Copy before you release: released blocks may be reused.
