@@ -359,10 +359,13 @@ std::string take_report(const void* kernel_address) {
            "\n  Shared memory starts as garbage in every block: write it, and __syncthreads()"
            " (or __syncwarp() within a warp), before any thread reads it.\n";
     if (more[line] > 0)
-      out += "  (and " + std::to_string(more[line]) + " more reads like it at this line)\n";
+      out += "  (and " + std::to_string(more[line]) +
+             (more[line] == 1 ? " more read" : " more reads") + " like it at this line)\n";
   }
   if (findings.size() > 2)
-    out += "  (" + std::to_string(findings.size() - 2) + " more such reads in this launch, at other lines)\n";
+    out += "  (" + std::to_string(findings.size() - 2) +
+           (findings.size() == 3 ? " more such read" : " more such reads") +
+           " in this launch, at other lines)\n";
   return out;
 }
 

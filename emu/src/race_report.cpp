@@ -339,7 +339,8 @@ std::string report_from_log(const std::string& text, const std::string& name, bo
   if (groups.size() > 2) {
     int rest = 0;
     for (size_t i = 2; i < groups.size(); ++i) rest += 1 + groups[i].second.more;
-    out += "  (" + std::to_string(rest) + " more races in this launch, at other lines)\n";
+    out += "  (" + std::to_string(rest) + (rest == 1 ? " more race" : " more races") +
+           " in this launch, at other lines)\n";
   }
   if (races.empty()) out = "emulator racecheck: ThreadSanitizer reported a problem:\n" + dedup_reports(text);
   return out;
