@@ -350,10 +350,9 @@ TEST(Pressure, ARequestLargerThanThePoolIsRefusedWithItsNumbers) {
   Engine engine(pa::test::tiny_model(), cfg);
   EngineRequest wide{0, pa::test::random_tokens(16, 3), 16, 0};
   wide.sampling.beam_width = 3;
-  const std::string error = pa::test::error_of([&] { engine.add_request(wide); });
-  EXPECT_NE(error.find("needs up to 8 blocks (2 shared prompt blocks + 3 sequences x 2), the whole pool has 7"),
-            std::string::npos)
-      << error;
+  EXPECT_TRUE(pa::test::error_contains(
+      [&] { engine.add_request(wide); },
+      "needs up to 8 blocks (2 shared prompt blocks + 3 sequences x 2), the whole pool has 7"));
   wide.max_new_tokens = 8;  // 2 + 3 x 1 blocks: fits alone
   EngineRequest other{1, pa::test::random_tokens(40, 4), 8, 0};
   engine.add_request(other);  // 6 blocks: both cannot run at once
