@@ -87,6 +87,9 @@ TEST(FaultReports, AWildPointerInAKernelFailsItsTestToo) {
                                       "(in no buffer)"));
   EXPECT_TRUE(contains_text(r.output, "thread (5,0,0)"));
   EXPECT_TRUE(contains_text(r.output, "[  PASSED  ] 0 tests."));
+  EXPECT_EQ(r.output.find("emulator memcheck", r.output.find("emulator memcheck") + 1),
+            std::string::npos)
+      << r.output;  // eight blocks faulted; the launch says it once
 }
 
 TEST(FaultReports, ACrashInHostCodeStillEndsTheProgram) {
@@ -107,6 +110,12 @@ TEST(FaultReports, APlainCrashInAKernelGivesTheCheckedCommand) {
   EXPECT_TRUE(contains_text(r.output, "in kernel write_through_null_kernel"));
   EXPECT_TRUE(contains_text(r.output, "thread (5,0,0)"));
   EXPECT_TRUE(contains_text(r.output, "make check-chapter-N (N: the chapter whose tests crashed)"));
+  // Eight blocks fault, on every worker at once: one of them reports.
+  size_t reports = 0;
+  for (size_t at = 0; (at = r.output.find("emulator: segmentation fault", at)) != std::string::npos;
+       ++at)
+    ++reports;
+  EXPECT_EQ(reports, 1u) << r.output;
 }
 
 TEST(FaultReports, APlainCrashOutsideKernelsNamesBothCausesAndTheChaptersCommand) {
