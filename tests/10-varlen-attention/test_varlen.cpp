@@ -1,15 +1,14 @@
 // Chapter 10: varlen paged attention over ragged batches (decodes, spec-decode
 // verifications, chunked-prefill pieces and idle sequences in one launch) against the
 // float64 reference, on permuted blocks, with forced KV splits (partials merged in the
-// launch) and forced small grids (many items per thread block); and, on chapter 4's and
-// chapter 6's decode cases, against the reference and chapter 9's decode kernels.
+// launch) and forced small grids (many items per thread block). Chapter 4's and chapter 6's
+// decode cases are in test_decode_equality.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <sstream>
 
 #include "varlen_case.h"
-#include "pa/ch09_fast_decode.h"
 
 namespace {
 
@@ -106,144 +105,5 @@ TEST(VarlenSharedBlocks, EqualQueriesOverSharedPrefixBlocksGiveEqualRows) {
         << "chunk_tokens " << chunk;
   }
 }
-
-// ---- Decode equality: every n_b = 1 is chapter 9's decode ------------------------------
-
-// The rows of the sequences that have a token (a decode of an empty sequence does not
-// exist: its new token would be part of it, so it gets no row), of a [B, Hq, D] tensor.
-template <typename V>
-std::vector<V> rows_of_busy(const std::vector<V>& x, const std::vector<int>& lens, size_t row) {
-  std::vector<V> out;
-  for (size_t b = 0; b < lens.size(); ++b)
-    if (lens[b] > 0) out.insert(out.end(), x.begin() + b * row, x.begin() + (b + 1) * row);
-  return out;
-}
-
-// A decode batch as varlen metadata: one new token per non-empty sequence.
-std::vector<int> decode_query_start_loc(const std::vector<int>& lens) {
-  std::vector<int> qsl{0};
-  for (int n : lens) qsl.push_back(qsl.back() + (n > 0));
-  return qsl;
-}
-
-template <typename T>
-void check_decode_case(const GoldenCase& g) {
-  pa::test::PagedCase<T> c(g, /*permutation_seed=*/0);
-  const auto& s = c.shape;
-  const size_t row = size_t(s.num_q_heads) * s.head_size;
-  const std::vector<int> qsl = decode_query_start_loc(c.context_lens);
-  const int tokens = qsl.back();
-  const pa::ch10::VarlenShape vs{s.num_seqs, tokens, s.num_q_heads, s.num_kv_heads,
-                                 s.head_size, s.block_size, s.num_blocks, s.max_blocks_per_seq};
-  const std::vector<T> q_all = c.q.download();
-  pa::DeviceBuffer<T> q(rows_of_busy(q_all, c.context_lens, row)), out(size_t(tokens) * row);
-  pa::DeviceBuffer<int> d_qsl(qsl);
-  const auto want = rows_of_busy(c.expected, c.context_lens, row);
-  const auto dims = pa::test::varlen_out_dims(vs);
-
-  // Chapter 9's tensor-core decode on the same inputs.
-  pa::ch09::Workspace ws;
-  ws.reserve(s.num_seqs, s.num_q_heads, 64, s.head_size);
-  pa::test::poison(c.out);
-  pa::ch09::decode<T>(pa::ch09::Version::tensor_core, s, c.out.get(), c.q.get(), c.k_pool.get(),
-                      c.v_pool.get(), c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale,
-                      ws);
-  std::vector<double> ch09;
-  for (const T& v : rows_of_busy(c.out.download(), c.context_lens, row))
-    ch09.push_back(pa::to_float(v));
-
-  pa::ch10::check_metadata(vs, c.table, c.context_lens, qsl);
-  VarlenAttention attn;
-  for (int chunk : {0, 64}) {
-    attn.plan(vs, pa::dtype_of<T>(), pa::ch10::CacheType::model_dtype, c.context_lens, qsl, chunk);
-    attn.poison_workspace();
-    pa::test::poison(out);
-    attn.run<T>(out.get(), q.get(), c.k_pool.get(), c.v_pool.get(), c.d_table.get(),
-                c.d_lens.get(), d_qsl.get(), c.scale);
-    const std::vector<T> got = out.download();
-    EXPECT_TRUE(pa::test::all_close(got, want, dims, c.atol, c.rtol))
-        << "vs the reference, chunk_tokens " << chunk << ", " << c.name << ": "
-        << g.param("note") << "\n  (query token = the case's non-empty sequences in order)";
-    EXPECT_TRUE(pa::test::all_close(got, ch09, dims, c.atol, c.rtol))
-        << "vs chapter 9's tensor_core decode (want), chunk_tokens " << chunk << ", " << c.name;
-  }
-}
-
-class DecodeEquality : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(DecodeEquality, OneTokenPerSequenceIsChapter9sDecode) {
-  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + GetParam());
-  switch (pa::parse_dtype(g.param("dtype"))) {
-    case pa::DType::fp32: GTEST_SKIP() << "chapter 10 serves half and bf16 queries, not fp32";
-    case pa::DType::fp16: return check_decode_case<pa::half>(g);
-    case pa::DType::bf16: return check_decode_case<pa::bf16>(g);
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Ch04, DecodeEquality,
-                         ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
-                         [](const auto& info) { return info.param; });
-
-template <typename T>
-void check_fp8_decode_case(const GoldenCase& g) {
-  const pa::ch04::PagedAttentionShape s = pa::test::paged_shape_of(g);
-  const std::vector<int> lens = g.get<int>("context_lens");
-  const int max_len = *std::max_element(lens.begin(), lens.end());
-  const size_t row = size_t(s.num_q_heads) * s.head_size;
-  const std::vector<int> qsl = decode_query_start_loc(lens), table =
-      pa::test::table_with_poisoned_padding(g);
-  const int tokens = qsl.back();
-  const pa::ch10::VarlenShape vs{s.num_seqs, tokens, s.num_q_heads, s.num_kv_heads,
-                                 s.head_size, s.block_size, s.num_blocks, s.max_blocks_per_seq};
-  const std::vector<T> q_all = pa::test::to_dtype<T>(g.get<float>("q"));
-  pa::DeviceBuffer<T> q_dec(q_all), out_dec(q_all.size());
-  pa::DeviceBuffer<T> q(rows_of_busy(q_all, lens, row)), out(size_t(tokens) * row);
-  pa::DeviceBuffer<uint8_t> k(g.get<uint8_t>("k_pool")), v(g.get<uint8_t>("v_pool"));
-  pa::DeviceBuffer<float> k_scale(g.get<float>("k_scale")), v_scale(g.get<float>("v_scale"));
-  pa::DeviceBuffer<int> d_table(table), d_lens(lens), d_qsl(qsl);
-  const float scale = float(g.get<double>("scale")[0]);
-  const double atol = g.param_double("atol"), rtol = g.param_double("rtol");
-  const auto want = rows_of_busy(g.get<double>("expected"), lens, row);
-  const auto dims = pa::test::varlen_out_dims(vs);
-
-  pa::ch09::Workspace ws;
-  ws.reserve(s.num_seqs, s.num_q_heads, 64, s.head_size);
-  pa::test::poison(out_dec);
-  pa::ch09::decode_fp8<T>(s, out_dec.get(), q_dec.get(), k.get(), v.get(), d_table.get(),
-                          d_lens.get(), max_len, k_scale.get(), v_scale.get(), scale, ws);
-  std::vector<double> ch09;
-  for (const T& e : rows_of_busy(out_dec.download(), lens, row)) ch09.push_back(pa::to_float(e));
-
-  pa::ch10::check_metadata(vs, table, lens, qsl);
-  VarlenAttention attn;
-  attn.plan(vs, pa::dtype_of<T>(), pa::ch10::CacheType::fp8_e4m3, lens, qsl);
-  attn.poison_workspace();
-  pa::test::poison(out);
-  attn.run_fp8<T>(out.get(), q.get(), k.get(), v.get(), d_table.get(), d_lens.get(), d_qsl.get(),
-                  k_scale.get(), v_scale.get(), scale);
-  const std::vector<T> got = out.download();
-  EXPECT_TRUE(pa::test::all_close(got, want, dims, atol, rtol))
-      << "vs the dequantized reference, " << g.name() << ": " << g.param("note")
-      << "\n  (query token = the case's non-empty sequences in order)";
-  EXPECT_TRUE(pa::test::all_close(got, ch09, dims, atol, rtol))
-      << "vs chapter 9's fp8 decode (want), " << g.name();
-}
-
-class Fp8DecodeEquality : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Fp8DecodeEquality, OneTokenPerSequenceIsChapter9sFp8Decode) {
-  const GoldenCase g(pa::test::golden_dir("ch06") + "/" + GetParam());
-  if (g.param_int("block_size") == 8)
-    GTEST_SKIP() << "chapter 10's e4m3 cache takes block sizes 16 and 32";
-  switch (pa::parse_dtype(g.param("dtype"))) {
-    case pa::DType::fp32: GTEST_SKIP() << "chapter 10 serves half and bf16 queries, not fp32";
-    case pa::DType::fp16: return check_fp8_decode_case<pa::half>(g);
-    case pa::DType::bf16: return check_fp8_decode_case<pa::bf16>(g);
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Ch06, Fp8DecodeEquality,
-                         ::testing::ValuesIn(pa::test::golden_case_names("ch06", "decode_fp8_")),
-                         [](const auto& info) { return info.param; });
 
 }  // namespace
