@@ -10,8 +10,8 @@
 #   make hint-1             the next hint for chapter 1 (EXERCISE=2|all, LEVEL=2, RESET=1)
 #   make watch-1            re-run chapter 1's tests whenever chapters/01-*/ changes
 #   make progress           one line: which chapters pass, from the last test runs
-#   make test               everything CI checks but the slowest: solutions, skeletons, emulator, book
-#   make ci                 the slower checks CI runs after make test: the exercise mutants
+#   make test               the checks a student runs: solutions pass, skeletons fail, emulator
+#   make ci                 what CI runs: make test, then checked mode, mutant suites, the book
 #   make book | doctor | nvcc-check | skeletons
 #
 # BACKEND=cpu|cuda forces a backend (default: cuda if a GPU works, else the CPU emulator).
@@ -108,11 +108,11 @@ check-solution-%: check-configure
 test: configure
 	@bash tools/run_tests.sh $(BUILD) $(BACKEND) $(PYTHON)
 
-# The slower checks, run by CI (.ci/run) after make test: every wrong-but-plausible answer
-# to an exercise (tests/exercise_mutants/) must fail its chapter's plain tests. Each mutant
-# rebuilds one file at -O1 in build/mutants/; the kill rate per chapter is printed.
+# make ci: make test's checks, then the slower ones CI runs (.ci/run): more emulator
+# schedules, checked mode for every chapter, the planted-bug and exercise-mutant suites (kill
+# rate per chapter), chapter 8's long random-trace test, the book and its browser check.
 ci: configure
-	@python3 tools/run_mutants.py --suite exercise --jobs $(JOBS) --python $(PYTHON)
+	@bash tools/run_tests.sh $(BUILD) $(BACKEND) $(PYTHON) ci
 
 book: configure
 	@bash tools/build_book.sh $(BUILD) $(PYTHON)
