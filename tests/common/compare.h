@@ -206,8 +206,10 @@ inline ::testing::AssertionResult exactly_equal_e4m3(const std::vector<uint8_t>&
      << ": got " << show(got[f]) << ", want " << show(want[f]);
   if (want[f] == unwritten) os << ": this byte must stay unwritten (" << hex_of(unwritten) << ")";
   if (got[f] == unwritten)
-    os << ": still " << hex_of(unwritten) << ", so never written (or written as that NaN, which "
-       << "the quantizer never produces)";
+    os << ": " << hex_of(unwritten) << ", the byte the pool was filled with (an e4m3 NaN): either "
+       << "this byte was never written, or the quantizer wrote that NaN (__nv_cvt_float_to_fp8 gives "
+       << "0xff for a NaN with its sign bit set, such as 0 / 0 on x86, and, without __NV_SATFINITE, "
+       << "for a value below -448; a NaN input gives 0x7f)";
   os << "\n  " << bad.summary();
   return ::testing::AssertionFailure() << os.str();
 }

@@ -32,8 +32,10 @@ inline Dims decode_out_dims(const ch04::PagedAttentionShape& s) {
 inline constexpr const char* kBlockPlacement =
     "the same logical cache stored in other physical blocks (pools permuted, block table "
     "rewritten to match) changed the output (got: permuted, want: as stored). The output "
-    "may depend only on the logical cache: a difference means a wrong block-table index "
-    "or a wrong stride";
+    "may depend only on the logical cache: a difference means a read outside the blocks "
+    "the table names: a wrong block-table index or stride, a wrong offset or stride inside "
+    "a block, or a head index past the pool's KV heads (a query head used as a KV head: with "
+    "GQA, query heads from num_kv_heads on read into the next physical block)";
 
 // The case's block table with every padding entry pointing at its all-NaN block, so a
 // kernel that reads padding leaks NaN into its output.
