@@ -21,12 +21,8 @@ void reserve(DeviceBuffer<U>& buf, size_t n, int fill_byte) {
   buf.fill_bytes(fill_byte);
 }
 
-// ANCHOR: plan_upload
-void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
-                           const std::vector<int>& seq_lens,
-                           const std::vector<int>& query_start_loc, int chunk_tokens, int grid,
-                           cudaStream_t stream) {
-  planned_ = false;
+// The checks both ways of planning make before anything is laid out.
+void check_planned(const VarlenShape& s, DType dtype, CacheType cache) {
   PA_REQUIRE(dtype == DType::fp16 || dtype == DType::bf16,
              "chapter 10's kernel takes half or bf16 queries and outputs, not "
                  << dtype_name(dtype) << " (float: chapters 4-5 and 8)");
@@ -38,12 +34,32 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
     PA_REQUIRE(s.head_size % 16 == 0, "head_size " << s.head_size << " is not a multiple of 16 "
                                                       "(one 16-byte chunk of e4m3)");
   }
+}
+
+void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
+                           const std::vector<int>& seq_lens,
+                           const std::vector<int>& query_start_loc, int chunk_tokens, int grid,
+                           cudaStream_t stream) {
+  planned_ = false;
+  check_planned(s, dtype, cache);
   const int g = grid > 0 ? grid : wave_size(dtype, cache, s.head_size);
-  plan_ = make_plan(s, seq_lens, query_start_loc, g, chunk_tokens);
+  use_plan(s, dtype, cache, make_plan(s, seq_lens, query_start_loc, g, chunk_tokens), stream);
+}
+
+// ANCHOR: plan_upload
+void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
+                               cudaStream_t stream) {
+  planned_ = false;
+  check_planned(s, dtype, cache);
+  PA_REQUIRE(plan.grid >= 1 && plan.cta_start.size() == size_t(plan.grid) + 1 &&
+                 plan.cta_start.front() == 0 && plan.cta_start.back() == int(plan.items.size()),
+             "use_plan: cta_start must have grid + 1 entries, from 0 to the number of items");
+  plan_ = plan;
   shape_ = s;
   dtype_ = dtype;
   cache_ = cache;
   // The device's layout: item k of block c at [k * grid + c], empty places with seq -1.
+  const int g = plan_.grid;
   host_rounds_ = 0;
   for (int c = 0; c < g; ++c)
     host_rounds_ = std::max(host_rounds_, plan_.cta_start[size_t(c) + 1] - plan_.cta_start[size_t(c)]);

@@ -165,11 +165,11 @@ class VarlenAttention {
                const float* k_scale, const float* v_scale, float scale,
                cudaStream_t stream = nullptr);
 
-  // Runs `plan`, made by hand, instead of make_plan's: tests use it for plans make_plan never
-  // makes (chunks that end inside a stage of the ring). It must cover the batch as make_plan's
-  // plans do (see Plan and WorkItem; kv_begin a multiple of 8 tokens, 16 for e4m3: one 16-byte
-  // copy of V), and is not checked beyond its cta_start; seq_lens and query_start_loc as for
-  // plan().
+  // Lays out and uploads `plan` (plan() is make_plan's plan, then this). Tests call it with
+  // plans made by hand that make_plan never makes (chunks that end inside a stage of the
+  // ring). A plan must cover the batch as make_plan's do (see Plan and WorkItem; kv_begin a
+  // multiple of 8 tokens, 16 for e4m3: one 16-byte copy of V); only its cta_start is
+  // checked. seq_lens and query_start_loc as for plan().
   void use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
                 cudaStream_t stream = nullptr);
 
