@@ -80,12 +80,11 @@ int SharedBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::
   std::unordered_map<int, int> owners;  // shared tail -> owners left once earlier appends copied it
   int total = 0;
   for (size_t i = 0; i < seq_ids.size(); ++i) {
-    const Sequence& seq = find(seq_ids[i], "step_blocks");
     const int n = new_tokens[i];
-    const int64_t needed = (int64_t(seq.length) + n + block_size_ - 1) / block_size_;
-    total += int(std::max<int64_t>(0, needed - int64_t(seq.blocks.size())));
-    if (!needs_copy(seq_ids[i], n)) continue;
-    const int tail = seq.blocks.back();
+    const bool copy = needs_copy(seq_ids[i], n);
+    total += blocks_needed(seq_ids[i], n) - (copy ? 1 : 0);  // the new blocks; the copy below
+    if (!copy) continue;
+    const int tail = find(seq_ids[i], "step_blocks").blocks.back();
     int& left = owners.emplace(tail, refcount_[size_t(tail)]).first->second;
     if (left > 1) {  // the last owner to append writes in place
       ++total;
