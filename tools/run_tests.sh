@@ -61,6 +61,8 @@ step "chapters/ is generated from solutions/ and current" \
     "$python" tools/make_skeletons.py --check
 step "the book's recorded outputs cite current source lines" \
     "$python" tools/check_cited_lines.py
+step "the book's typed measurements are in the files they name" \
+    "$python" tools/check_book_numbers.py
 step "golden-case reader, PA_TODO and error messages (test_common)" "$build/test_common"
 if [ "$backend" = cpu ]; then
     step "emulator tests, schedule forward" env PA_EMU_SCHEDULE=forward "$build/tests/emu/test_emu"
