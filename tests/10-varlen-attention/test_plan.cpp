@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "item_text.h"
 #include "pa/ch10_varlen.h"
 
 namespace {
@@ -44,14 +45,7 @@ Batch batch_of(int hq, int hkv, const std::vector<std::pair<int, int>>& prefix_n
   return b;
 }
 
-std::string item_text(const WorkItem& w) {
-  std::ostringstream os;
-  os << "{seq " << w.seq << ", kv_head " << w.kv_head << ", row0 " << w.row0 << ", kv ["
-     << w.kv_begin << ", " << w.kv_end << "), split " << w.split << "/" << w.num_splits
-     << ", partial_base " << w.partial_base << ", counter " << w.counter
-     << (w.by_warp ? ", by_warp" : "") << "}";
-  return os.str();
-}
+using pa::test::item_text;
 
 using pa::ch10::decode_tile;
 using pa::ch10::tile_rows;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "item_text.h"
 #include "pa/ch10_varlen.h"
 
 namespace {
@@ -38,14 +39,7 @@ VarlenShape plan_shape(int hq, int hkv, const std::vector<int>& seq_lens, const 
                      width * std::max(1, int(seq_lens.size())), width};
 }
 
-std::string item_text(const WorkItem& w) {
-  std::ostringstream os;
-  os << "{seq " << w.seq << ", kv_head " << w.kv_head << ", row0 " << w.row0 << ", kv ["
-     << w.kv_begin << ", " << w.kv_end << "), split " << w.split << "/" << w.num_splits
-     << ", partial_base " << w.partial_base << ", counter " << w.counter
-     << (w.by_warp ? ", by_warp" : "") << "}";
-  return os.str();
-}
+using pa::test::item_text;
 
 std::tuple<int, int, int, int, int, int, int, int, int, int> key(const WorkItem& w) {
   return {w.seq, w.kv_head, w.row0, w.kv_begin, w.kv_end, w.split, w.num_splits, w.partial_base,
