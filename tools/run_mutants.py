@@ -234,6 +234,9 @@ def main():
                          "build/mutants/build-MODE is first configured)")
     ap.add_argument("--python", default=None,
                     help="Python with numpy + ml_dtypes for the golden cases (default: .venv)")
+    ap.add_argument("--work", default="build/mutants", metavar="DIR",
+                    help="scratch folder (tree, builds, logs), relative to the repository "
+                         "(default build/mutants; give each concurrent run its own)")
     ap.add_argument("--strict", action="store_true",
                     help="pending mutants (naming awaits a feature) fail the suite too")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -265,19 +268,19 @@ def main():
         return 0
 
     # One run at a time in build/mutants: two would plant their mutants in one scratch tree.
-    (ROOT / "build" / "mutants").mkdir(parents=True, exist_ok=True)
-    lock = open(ROOT / "build" / "mutants" / ".lock", "w")
+    work = ROOT / args.work
+    work.mkdir(parents=True, exist_ok=True)
+    lock = open(work / ".lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        print("run_mutants: another run is using build/mutants; waiting for it to finish", flush=True)
+        print(f"run_mutants: another run is using {args.work}; waiting for it to finish", flush=True)
         fcntl.flock(lock, fcntl.LOCK_EX)
     if args.gpu:
         return run_on_gpu(mutants, args)
     python = args.python or str(ROOT / ".venv" / "bin" / "python")
     if not Path(python).exists():
         python = shutil.which("python3") or "python3"
-    work = ROOT / "build" / "mutants"
     tree, logs = work / "tree", work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -439,7 +442,7 @@ def sanitizer_verdict(tool, code, out):
 
 def run_on_gpu(mutants, args):
     python = args.python or shutil.which("python3") or "python3"
-    work = ROOT / "build" / "mutants"
+    work = ROOT / args.work
     tree, logs = work / "tree", work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     sync_tree(tree)
