@@ -13,7 +13,7 @@
 #   - every Python file stays (import flashinfer imports hundreds of modules eagerly);
 #   - data/include (FlashInfer's headers) and data/spdlog/include stay whole;
 #   - data/csrc keeps the batch/single decode and prefill sources and templates (FA2 and the
-#     sm90 FA3 ones) and the #include closure of those and of data/include;
+#     sm90 FA3 ones), and the batch MLA ones (chapter 11's baseline: BatchMLAPagedAttentionWrapper) and the #include closure of those and of data/include;
 #   - data/cutlass and data/cccl keep only the headers in that #include closure (thrust
 #     whole if any of it is reached: it includes through macros); their Python packages,
 #     examples, tests and docs go;
@@ -79,7 +79,7 @@ INCLUDE = re.compile(rb'^\s*#\s*include\s*(?:[<"]([^>"]+)[>"]|CUDA_STD_HEADER\((
 # Entry points: the sources and templates the batch/single decode and prefill generators
 # (flashinfer/jit/attention/modules.py) name, and every small header at csrc's top level.
 ENTRY = re.compile(
-    r"(batch_decode|batch_prefill|single_decode|single_prefill)[^/]*\.(cu|cuh|jinja|inc|h)$"
+    r"(batch_decode|batch_prefill|single_decode|single_prefill|batch_mla)[^/]*\.(cu|cuh|jinja|inc|h)$"
 )
 SOURCE = (".h", ".hpp", ".cuh", ".cu", ".inl", ".inc", ".jinja", ".cc", ".cpp", ".ipp")
 # The attention variants the generated sources include (modules.py's variant_decl).
