@@ -14,6 +14,9 @@ lines that tools/make_skeletons.py keeps out of chapters/).
     python3 tools/hint.py 4 --list         # the exercises, their state, tiers seen
     python3 tools/hint.py 4 --reset        # forget what chapter 4 revealed
 
+The core exercises (TODO(chNN)) come first; the stretch ones (TODO(chNN, stretch): optional,
+harder, counted apart by make progress) after them, marked as such.
+
 An exercise is "unfinished" while its stub (PA_TODO or "(your code here)") is still
 in chapters/ just below its TODO; once you have written code there, `make hint-N`
 moves on to the next untouched one (ask for a finished one with --exercise K).
@@ -66,6 +69,8 @@ def indent(text: str, by: str = "    ") -> str:
 
 def show(ex, number: int, total: int, level: int, fresh: bool) -> None:
     state = "not started" if fresh else "edited"
+    if ex.stretch:
+        state = f"stretch, optional; {state}"
     print(f"== Chapter {int(ex.file[:2])}, exercise {number} of {total} ({state}): "
           f"chapters/{ex.file}:{ex.line}")
     if ex.contract:
@@ -123,9 +128,12 @@ def main(argv: list[str] | None = None) -> int:
 
     fresh = [untouched(root, ex) for ex in exs]
     if args.list:
-        print(f"== Chapter {int(chapter)}: {len(exs)} exercises")
+        n_stretch = sum(ex.stretch for ex in exs)
+        print(f"== Chapter {int(chapter)}: {len(exs)} exercises"
+              + (f" ({len(exs) - n_stretch} core, then {n_stretch} stretch: optional)"
+                 if n_stretch else ""))
         for i, ex in enumerate(exs, 1):
-            print(f"   {i}. chapters/{ex.file}:{ex.line}  "
+            print(f"   {i}. {'[stretch] ' if ex.stretch else ''}chapters/{ex.file}:{ex.line}  "
                   f"{'not started' if fresh[i - 1] else 'edited'}, "
                   f"hints seen {state.get(key(ex), 0)} of {len(ex.hints)}")
         return 0

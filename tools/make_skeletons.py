@@ -36,6 +36,24 @@ current. An exercise is one answer region: exercise k of chapter N is the k-th
 region of solutions/NN-*/, files in sorted order, regions in line order. It is
 an error for a HINT line to sit anywhere but in the comment block directly above
 a BEGIN SOLUTION, or for the tiers not to be numbered 1, 2, 3, ...
+Core and stretch. A region is a CORE exercise (required: the chapter is done when its
+core tests pass) unless it is tagged as a STRETCH exercise (optional, counted apart):
+
+    // TODO(ch10, stretch): contract ... Checked by StretchSplitMerge.*
+    // HINT(1): ...
+    // BEGIN SOLUTION(ch10, stretch)
+    ...
+    // END SOLUTION
+
+The tag may sit on the TODO, on BEGIN SOLUTION or on both (they must agree). A stretch
+exercise's tests are the GoogleTest suites whose names start with `Stretch`
+(StretchSplitMerge.*, or Ch10/StretchMerge.* for a parameterised one); core tests never
+run stretch code. The Stretch suites that a stretch TODO names (any word StretchXxx in it)
+are that exercise's tests, for make test-chapter-N's count of stretch exercises done.
+Stretch regions are stubbed like core ones. `make hint-N` lists them after the core ones.
+`--core-only OUTDIR` writes the "core done" tree: each solution file with its core regions
+kept and its stretch regions stubbed, at OUTDIR/NN-slug/...; CI builds it (the CMake
+targets test_chNN_core) and proves that its core tests pass and its Stretch tests fail.
 mdBook anchor lines (ANCHOR: / ANCHOR_END:) inside a region are kept, so that
 the book can include the same anchor from a skeleton. Python, shell and CMake
 files use `#` instead of `//`.
@@ -45,6 +63,9 @@ Usage:
     python3 tools/make_skeletons.py --check      # exit 1 if chapters/ is stale
     python3 tools/make_skeletons.py --chapter 04 # only chapters/04-*
     python3 tools/make_skeletons.py --root DIR   # work on another tree (tests)
+    python3 tools/make_skeletons.py --core-only OUTDIR [--chapter 10]
+                                                 # the "core done" tree (stretch stubbed)
+    python3 tools/make_skeletons.py --list-stretch   # chapters with stretch exercises
 
 Students edit chapters/; instructors edit solutions/ and rerun this script,
 which overwrites chapters/.
@@ -58,7 +79,7 @@ import re
 import shutil
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CHAPTER_DIR = re.compile(r"^\d\d-[A-Za-z0-9_.-]+$")
@@ -99,8 +120,9 @@ def comment_prefix(path: Path) -> str | None:
 def marker_patterns(c: str):
     c = re.escape(c)
     return {
-        # BEGIN SOLUTION, optionally followed by a tag: BEGIN SOLUTION(ch04)
-        "begin": re.compile(rf"^(\s*){c}\s*BEGIN SOLUTION\b"),
+        # BEGIN SOLUTION, optionally followed by a tag: BEGIN SOLUTION(ch04) or
+        # BEGIN SOLUTION(ch04, stretch)
+        "begin": re.compile(rf"^(\s*){c}\s*BEGIN SOLUTION\b(?:\((ch\d\d)(\s*,\s*stretch)?\))?"),
         "end": re.compile(rf"^\s*{c}\s*END SOLUTION\b"),
         # The stub text is everything after "STUB:" and one optional space,
         # so extra spaces keep their meaning as relative indentation.
@@ -108,7 +130,7 @@ def marker_patterns(c: str):
         "anchor": re.compile(r"\bANCHOR(?:_END)?:"),
         "hint": re.compile(rf"^\s*{c}\s*HINT\((\d+)\):(?: ?)(.*)$"),
         "comment": re.compile(rf"^\s*{c}(.*)$"),
-        "todo": re.compile(r"\bTODO\(ch\d\d\)"),
+        "todo": re.compile(r"\bTODO\(ch\d\d(\s*,\s*stretch)?\)"),
     }
 
 
@@ -120,6 +142,8 @@ class Exercise:
     contract: str        # the TODO comment block, comment markers removed
     hints: list          # the tiers, gentlest first; each a string
     skeleton: str        # the TODO block and stub lines exactly as in chapters/
+    stretch: bool = False  # a stretch exercise (optional), not a core one
+    suites: list = field(default_factory=list)  # the Stretch suites its TODO names
 
 
 def comment_text(lines: list[str], c: str) -> str:
@@ -130,20 +154,27 @@ def comment_text(lines: list[str], c: str) -> str:
     return "\n".join([bodies[0].strip()] + [b[indent:].rstrip() for b in bodies[1:]])
 
 
-def transform(text: str, display: str, c: str) -> tuple[str, int]:
+def transform(text: str, display: str, c: str, keep_core: bool = False) -> tuple[str, int]:
     """Replace the answer regions of `text`. Returns (new text, region count).
 
-    `display` is the path used in error messages, `c` the comment prefix.
+    `display` is the path used in error messages, `c` the comment prefix;
+    `keep_core` keeps the core regions' code (the "core done" tree).
     """
-    new, exercises = parse(text, display, c)
+    new, exercises = parse(text, display, c, keep_core)
     return new, len(exercises)
 
 
-def parse(text: str, display: str, c: str) -> tuple[str, list[Exercise]]:
+STRETCH_SUITE = re.compile(r"\bStretch[A-Za-z0-9_]+")
+
+
+def parse(text: str, display: str, c: str,
+          keep_core: bool = False) -> tuple[str, list[Exercise]]:
     """The skeleton text of `text` and its exercises (one per answer region).
 
     Exercise.file is left empty and Exercise.line counts lines of the returned
-    text (the caller adds the exercise-file header).
+    text (the caller adds the exercise-file header). With `keep_core`, core
+    regions are kept as they are (markers and code) and only stretch regions
+    are stubbed.
     """
     pat = marker_patterns(c)
     lines = text.split("\n")  # a trailing newline leaves a final "" element
@@ -166,11 +197,23 @@ def parse(text: str, display: str, c: str) -> tuple[str, list[Exercise]]:
             block = out[comments_from:]
             todo = next((i for i, b in enumerate(block) if pat["todo"].search(b)), None)
             contract = block[todo:] if todo is not None else []
+            todo_stretch = (bool(pat["todo"].search(block[todo]).group(1))
+                            if todo is not None else None)
+            begin_stretch = bool(begin.group(3)) if begin.group(2) else None
+            if None not in (todo_stretch, begin_stretch) and todo_stretch != begin_stretch:
+                kind = lambda s: "a stretch exercise" if s else "a core exercise"
+                raise RegionError(
+                    f"{where}: the TODO above says {kind(todo_stretch)}, BEGIN SOLUTION "
+                    f"says {kind(begin_stretch)} (tag both `(chNN, stretch)` or neither)")
+            stretch = bool(todo_stretch or begin_stretch)
+            contract_text = comment_text(contract, c) if contract else ""
             region = {"line": lineno, "indent": begin.group(1),
+                      "stretch": stretch, "raw": [line],
+                      "suites": list(dict.fromkeys(STRETCH_SUITE.findall(contract_text))),
                       "stubs": [], "anchors_before": [], "anchors_after": [],
                       "seen_code": False,
                       "start": len(out) - len(contract),
-                      "contract": comment_text(contract, c) if contract else "",
+                      "contract": contract_text,
                       "hints": [re.sub(r"^HINT\(\d+\): ?", "", comment_text(h, c))
                                 for h in hints]}
             hints = []
@@ -194,15 +237,19 @@ def parse(text: str, display: str, c: str) -> tuple[str, list[Exercise]]:
         if pat["end"].match(line):
             if region is None:
                 raise RegionError(f"{where}: END SOLUTION without BEGIN SOLUTION")
-            out.extend(region["anchors_before"])
-            if region["stubs"]:
-                out.extend(region["stubs"])
+            if keep_core and not region["stretch"]:
+                out.extend(region["raw"] + [line])
             else:
-                out.append(region["indent"] + DEFAULT_STUB.format(c=c))
-            out.extend(region["anchors_after"])
+                out.extend(region["anchors_before"])
+                if region["stubs"]:
+                    out.extend(region["stubs"])
+                else:
+                    out.append(region["indent"] + DEFAULT_STUB.format(c=c))
+                out.extend(region["anchors_after"])
             exercises.append(Exercise(
                 file="", line=region["start"] + 1, contract=region["contract"],
-                hints=region["hints"], skeleton="\n".join(out[region["start"]:])))
+                hints=region["hints"], skeleton="\n".join(out[region["start"]:]),
+                stretch=region["stretch"], suites=region["suites"]))
             region = None
             comments_from = len(out)
             continue
@@ -216,6 +263,7 @@ def parse(text: str, display: str, c: str) -> tuple[str, list[Exercise]]:
                 comments_from = len(out)
             continue
         # Inside a region.
+        region["raw"].append(line)
         if hint:
             raise RegionError(f"{where}: HINT line inside a BEGIN SOLUTION / END SOLUTION "
                               "region (hints go above BEGIN SOLUTION)")
@@ -249,8 +297,8 @@ def add_header(text: str, rel: str, c: str) -> str:
     return "\n".join(lines)
 
 
-def render(src: Path, rel: str) -> Output:
-    """The chapter file for one solution file."""
+def render(src: Path, rel: str, keep_core: bool = False) -> Output:
+    """The chapter file for one solution file (`keep_core`: its "core done" version)."""
     raw = src.read_bytes()
     executable = bool(src.stat().st_mode & stat.S_IXUSR)
     c = comment_prefix(src)
@@ -269,9 +317,10 @@ def render(src: Path, rel: str) -> Output:
                 "in tools/make_skeletons.py)")
         return Output(raw, executable)
     normalized = text.replace("\r\n", "\n")
-    new, regions = transform(normalized, display, c)
-    if regions == 0:
-        return Output(raw, executable)  # no regions: copied verbatim
+    new, regions = transform(normalized, display, c, keep_core)
+    if regions == 0 or keep_core:
+        # No regions: copied verbatim. The core-done tree has no header (nobody edits it).
+        return Output(raw if regions == 0 else new.encode("utf-8"), executable)
     return Output(add_header(new, rel, c).encode("utf-8"), executable)
 
 
@@ -303,14 +352,18 @@ def select(names: list[str], chapter: str | None) -> list[str]:
     return [n for n in names if n.startswith(chapter + "-")]
 
 
-def expected_tree(root: Path, chapter: str | None) -> dict[str, Output]:
-    """Map from path relative to chapters/ to the content it must have."""
+def expected_tree(root: Path, chapter: str | None,
+                  keep_core: bool = False) -> dict[str, Output]:
+    """Map from path relative to chapters/ to the content it must have.
+
+    With `keep_core`: the "core done" tree (core regions kept, stretch ones stubbed).
+    """
     solutions = root / "solutions"
     want: dict[str, Output] = {}
     for name in select(chapter_names(solutions), chapter):
         for src in walk_files(solutions / name):
             rel = src.relative_to(solutions).as_posix()
-            want[rel] = render(src, rel)
+            want[rel] = render(src, rel, keep_core)
     return want
 
 
@@ -350,9 +403,33 @@ def exercises(root: Path, chapter: str) -> list[Exercise]:
                 ex.file = rel
                 ex.line += 1  # the exercise-file header comes first
                 found.append((order, len(found), ex))
-    # In the order the files' headers give ("Chapter 8, exercise 2 of 4: ..."), which is the
-    # book's; files without a number keep their place after the numbered ones.
-    return [ex for _, _, ex in sorted(found, key=lambda e: (e[0], e[1]))]
+    # The core exercises first, then the stretch ones; each in the order the files' headers
+    # give ("Chapter 8, exercise 2 of 4: ..."), which is the book's; files without a number
+    # keep their place after the numbered ones.
+    return [ex for _, _, ex in sorted(found, key=lambda e: (e[2].stretch, e[0], e[1]))]
+
+
+def stretch_chapters(root: Path) -> list[str]:
+    """The chapters ("09", "10") that have at least one stretch exercise."""
+    return [name[:2] for name in chapter_names(root / "solutions")
+            if any(ex.stretch for ex in exercises(root, name[:2]))]
+
+
+def write_core_done(root: Path, chapter: str | None, outdir: Path) -> int:
+    """Writes the "core done" tree of the chapters to outdir/NN-slug/ (unchanged files are
+    not rewritten, so that builds from it stay incremental)."""
+    want = expected_tree(root, chapter, keep_core=True)
+    written = 0
+    for rel, out in sorted(want.items()):
+        path = outdir / rel
+        if not differs(path, out):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(out.data)
+        os.chmod(path, 0o755 if out.executable else 0o644)
+        written += 1
+    print(f"core-done tree in {outdir}: {len(want)} files, {written} written")
+    return 0
 
 
 def exercise_number(text: str) -> int:
@@ -431,6 +508,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not write; exit 1 if chapters/ is stale")
     parser.add_argument("--chapter", metavar="NN",
                         help="only this chapter, e.g. 04")
+    parser.add_argument("--core-only", metavar="OUTDIR", type=Path,
+                        help="write the 'core done' tree (core regions kept, stretch "
+                             "regions stubbed) to OUTDIR/NN-slug/ instead of chapters/")
+    parser.add_argument("--list-stretch", action="store_true",
+                        help="print the chapters (NN) that have stretch exercises")
     parser.add_argument("--root", metavar="DIR", type=Path,
                         default=Path(__file__).resolve().parent.parent,
                         help="repository root (default: this script's ../)")
@@ -453,6 +535,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     try:
+        if args.list_stretch:
+            print(" ".join(n for n in stretch_chapters(root) if chapter in (None, n)))
+            return 0
+        if args.core_only is not None:
+            return write_core_done(root, chapter, args.core_only.resolve())
         return check(root, chapter) if args.check else generate(root, chapter)
     except RegionError as err:
         print(f"make_skeletons: error: {err}", file=sys.stderr)

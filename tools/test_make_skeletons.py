@@ -288,7 +288,8 @@ def test_every_exercise_of_the_course_has_a_contract_and_tiers():
     for name in make_skeletons.chapter_names(root / "solutions"):
         for ex in make_skeletons.exercises(root, name[:2]):
             where = f"solutions/{ex.file}:{ex.line}"
-            assert ex.contract.startswith(f"TODO(ch{name[:2]}):"), where
+            tag = f"TODO(ch{name[:2]}, stretch):" if ex.stretch else f"TODO(ch{name[:2]}):"
+            assert ex.contract.startswith(tag), where
             assert 2 <= len(ex.hints) <= 4, where
             assert all(h.strip() for h in ex.hints), where
 
@@ -325,3 +326,92 @@ def test_hint_reveals_one_tier_per_call_and_moves_on_when_edited(tmp_path):
     assert "hints seen 0 of 2" in hint(tmp_path, "1", "--list").stdout
     assert hint(tmp_path, "1", "--exercise", "3").returncode == 2
     assert hint(tmp_path, "7").returncode == 2
+
+
+STRETCHED = """
+    int core() {
+        // TODO(ch01): returns 42.
+        // HINT(1): six times seven.
+        // BEGIN SOLUTION(ch01)
+        // STUB: PA_TODO("ch01");
+        return 42;
+        // END SOLUTION
+    }
+    int bonus() {
+        // TODO(ch01, stretch): returns 43. Checked by StretchBonus.* and Ch01/StretchMore.*
+        // HINT(1): one more than core().
+        // BEGIN SOLUTION(ch01, stretch)
+        // STUB: PA_TODO("ch01");
+        return core() + 1;
+        // END SOLUTION
+    }
+    """
+
+
+def test_stretch_regions_are_stubbed_and_listed_after_the_core_ones(tmp_path):
+    write(tmp_path, "solutions/01-a/a.cu", STRETCHED)
+    write(tmp_path, "solutions/01-a/0.cu", "// TODO(ch01): first file.\n// BEGIN SOLUTION\nx;\n"
+          "// END SOLUTION\n")
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stderr
+    text = read(tmp_path, "chapters/01-a/a.cu")
+    assert "return 42" not in text and "core() + 1" not in text and "HINT" not in text
+    assert text.count('PA_TODO("ch01");') == 2
+    exs = make_skeletons.exercises(tmp_path, "01")
+    # Core first (both files, in file order), the stretch one last, whatever its file.
+    assert [(e.file, e.stretch) for e in exs] == [
+        ("01-a/0.cu", False), ("01-a/a.cu", False), ("01-a/a.cu", True)]
+    assert exs[2].contract.startswith("TODO(ch01, stretch): returns 43.")
+    assert exs[2].suites == ["StretchBonus", "StretchMore"] and exs[1].suites == []
+    assert make_skeletons.stretch_chapters(tmp_path) == ["01"]
+    r = run(tmp_path, "--list-stretch")
+    assert r.returncode == 0 and r.stdout.strip() == "01"
+
+
+def test_the_stretch_tag_may_sit_on_either_marker_but_they_must_agree(tmp_path):
+    write(tmp_path, "solutions/01-a/k.cu", "// TODO(ch01): x\n// BEGIN SOLUTION(ch01, stretch)\n"
+          "// END SOLUTION\n")
+    assert run(tmp_path).returncode == 2  # TODO core, BEGIN stretch
+    write(tmp_path, "solutions/01-a/k.cu", "// TODO(ch01, stretch): x\n// BEGIN SOLUTION(ch01)\n"
+          "// END SOLUTION\n")
+    r = run(tmp_path)
+    assert r.returncode == 2 and "solutions/01-a/k.cu:2: the TODO above says a stretch" in r.stderr
+    write(tmp_path, "solutions/01-a/k.cu", "// TODO(ch01, stretch): x\n// BEGIN SOLUTION\n"
+          "// END SOLUTION\n")
+    assert run(tmp_path).returncode == 0
+    assert [e.stretch for e in make_skeletons.exercises(tmp_path, "01")] == [True]
+    write(tmp_path, "solutions/01-a/k.cu", "// TODO(ch01): x\n// BEGIN SOLUTION(ch01)\n"
+          "// END SOLUTION\n")
+    assert run(tmp_path).returncode == 0
+    assert [e.stretch for e in make_skeletons.exercises(tmp_path, "01")] == [False]
+    assert make_skeletons.stretch_chapters(tmp_path) == []
+
+
+def test_core_only_keeps_the_core_answers_and_stubs_the_stretch_ones(tmp_path):
+    write(tmp_path, "solutions/01-a/a.cu", STRETCHED)
+    write(tmp_path, "solutions/02-b/b.cu", "// TODO(ch02): y\n// BEGIN SOLUTION\nint y;\n"
+          "// END SOLUTION\n")
+    out = tmp_path / "build" / "core-done"
+    r = run(tmp_path, "--core-only", str(out), "--chapter", "01")
+    assert r.returncode == 0, r.stderr
+    text = (out / "01-a/a.cu").read_text()
+    assert "return 42;" in text and "core() + 1" not in text
+    assert text.count('\n    PA_TODO("ch01");') == 1 and "HINT" not in text  # the stretch stub
+    assert "// BEGIN SOLUTION(ch01)" in text  # a core region stays whole
+    assert not (out / "02-b").exists()  # --chapter limits it
+    assert not (tmp_path / "chapters").exists()  # chapters/ is not touched
+    mtime = (out / "01-a/a.cu").stat().st_mtime_ns
+    assert run(tmp_path, "--core-only", str(out)).returncode == 0
+    assert (out / "01-a/a.cu").stat().st_mtime_ns == mtime  # unchanged: not rewritten
+    assert "int y;" in (out / "02-b/b.cu").read_text()
+
+
+def test_hint_marks_the_stretch_exercises(tmp_path):
+    write(tmp_path, "solutions/01-a/a.cu", STRETCHED)
+    assert run(tmp_path).returncode == 0
+    r = hint(tmp_path, "1", "--list")
+    assert "2 exercises (1 core, then 1 stretch: optional)" in r.stdout
+    assert "2. [stretch] chapters/01-a/a.cu" in r.stdout and "1. chapters/01-a/a.cu" in r.stdout
+    r = hint(tmp_path, "1", "--exercise", "2")
+    assert "exercise 2 of 2 (stretch, optional; not started)" in r.stdout
+    assert "returns 43." in r.stdout and "one more than core()" in r.stdout
