@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """A measured number the book types must be in the file it names.
 
-The book's measured numbers come from generated includes (bench/results/*.md) or are typed
-in prose that names the results file they come from. This check reads every paragraph of
-book/src/*.md that names such a file (bench/results/..., NOTES.md) and finds each of its
-measured numbers there: a number followed by a unit (us, µs, ms, %, TB/s, GB/s, TFLOP/s, x,
-×), unless it is a target or a bound ("at least 90%", "at most 7 µs"). Thousands separators
-are ignored. A number worked out from the file rather than copied (a ratio, a difference)
-says how, in an HTML comment in the same paragraph:
+The book's measured numbers come from generated includes (bench/results/*.md, the outputs
+under book/src/generated/ and book/src/recorded/) or are typed in prose that names the
+results file they come from. This check reads every paragraph of book/src/*.md that names
+such a file (bench/results/..., NOTES.md) and finds each of its measured numbers there: a
+number followed by a unit (us, µs, ms, %, TB/s, GB/s, TFLOP/s, x, ×), both ends of a range
+("57.7–60.4%"), unless it is a target or a bound ("at least 90%", "at most 7 µs").
+Arithmetic is not a measurement (`35 % 16`, `32 × 8`). Thousands separators are ignored.
+A number worked out rather than copied (a ratio, a difference), a prediction, or someone
+else's claim says so in the prose and in an HTML comment in the same paragraph:
 
     <!-- derived: 1.01 = 16,089 / 15,886 -->
+    <!-- predicted: 55–61 (NOTES.md, written before the run) -->
+    <!-- claimed: 60–80 (the seed material) -->
 
     python3 tools/check_book_numbers.py          # make test runs it
-    python3 tools/check_book_numbers.py --todo   # the numbers that name no source yet
+    python3 tools/check_book_numbers.py --todo   # chapter numbers that name no source yet:
+        # neither a file in their paragraph nor one their section includes (generated
+        # includes count once make book has made them)
 """
 from __future__ import annotations
 
@@ -22,8 +28,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = re.compile(r"(bench/results/[\w./-]+\.(?:md|csv)|NOTES\.md)")
-MEASURED = re.compile(r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)(?=\s?(?:µs|us\b|ms\b|%|TB/s|GB/s|TFLOP/s|×|x\b))")
-DERIVED = re.compile(r"<!--\s*derived:(.*?)-->", re.S)
+# A number with its unit. An operator between two numbers is not a unit: `35 % 16`, `32 × 8`
+# and `16 × 16` are arithmetic and shapes, not a percentage or a ratio.
+# A range ("57.7–60.4%") is two measured numbers.
+NUM = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
+MEASURED = re.compile(rf"(?<![\w.,])({NUM})(?:\s?–\s?({NUM}))?"
+                      r"(?=\s?(?:µs|us\b|ms\b|%|TB/s|GB/s|TFLOP/s|×|x\b)(?!\s*\d))")
+# A number the page works out, or one it reports as a prediction or as someone's claim
+# rather than a measurement, says so in a comment of its paragraph (the prose says so too):
+#     <!-- derived: 1.01 = 16,089 / 15,886 -->   <!-- predicted: 55–61 (NOTES.md, before the run) -->
+DERIVED = re.compile(r"<!--\s*(?:derived|predicted|claimed):(.*?)-->", re.S)
 # A target or a bound ("at least 90%", "at most 7 us", "below 61%") is not a measurement.
 BOUND = re.compile(r"(at least|at most|up to|within|under|below|above|over|≥|≤|>=|<=)\s*$", re.I)
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -31,6 +45,16 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 def plain(number: str) -> str:
     return number.replace(",", "")
+
+
+def marked(para: str) -> set[str]:
+    """The numbers a paragraph's derived/predicted/claimed comments account for."""
+    return {plain(n) for d in DERIVED.findall(para) for n in re.findall(NUM, d)}
+
+
+def numbers(m: re.Match) -> list[str]:
+    """The measured numbers of one MEASURED match: one, or both ends of a range."""
+    return [plain(g) for g in m.groups() if g]
 
 
 def problems() -> tuple[int, list[str]]:
@@ -52,43 +76,54 @@ def problems() -> tuple[int, list[str]]:
                 else:
                     bad.append(f"{page.name}:{line}: names {s}, which does not exist")
             body = plain(body)
-            derived = " ".join(plain(d) for d in DERIVED.findall(para))
+            derived = marked(para)
             prose = DERIVED.sub("", para)
             for m in MEASURED.finditer(prose):
                 if BOUND.search(prose[max(0, m.start() - 12):m.start()]):
                     continue
-                found += 1
-                n = plain(m.group(1))
-                if re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", body) or n in derived.split():
-                    continue
-                at = line + prose.count("\n", 0, m.start())
-                bad.append(f"{page.name}:{at}: {m.group(0)} is in none of {', '.join(sources)} "
-                           f"(copy it from there, or say how it is derived: <!-- derived: ... -->)")
+                for n in numbers(m):
+                    found += 1
+                    if re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", body) or n in derived:
+                        continue
+                    at = line + prose.count("\n", 0, m.start())
+                    bad.append(f"{page.name}:{at}: {n} (in '{m.group(0)}') is in none of {', '.join(sources)} "
+                               f"(copy it from there, or say how it is derived: <!-- derived: ... -->)")
     return found, bad
 
 
-INCLUDE = re.compile(r"\{\{#include \.\./\.\./(bench/results/[\w./-]+\.md)")
+# What a section includes: results files, and the outputs the build generates or a run
+# recorded (book/src/generated/, book/src/recorded/).
+INCLUDE = re.compile(r"\{\{#include (\.\./\.\./bench/results/[\w./-]+\.md|(?:generated|recorded)/[\w./-]+)")
 
 
 def worklist() -> list[str]:
-    """--todo: measured numbers in paragraphs that name no file, against the results files
-    their section includes (if any): what is left to source (not a failure yet)."""
+    """--todo: measured numbers in paragraphs that name no file, against the files their
+    section includes (if any): what is left to source (not a failure yet). A generated
+    include counts once `make book` has generated it."""
     out = []
-    for page in sorted((ROOT / "book" / "src").glob("ch*.md")):
+    src = ROOT / "book" / "src"
+    for page in sorted(src.glob("ch*.md")):
         for sec in re.split(r"\n(?=## )", page.read_text()):
-            incs = sorted(set(INCLUDE.findall(sec)))
-            body = plain("".join((ROOT / f).read_text() for f in incs if (ROOT / f).is_file()))
+            incs = sorted({(src / f).resolve() for f in INCLUDE.findall(sec)})
+            names = [str(f.relative_to(ROOT)) for f in incs]
+            for f in incs:
+                if not f.is_file():
+                    out.append(f"{page.name}: includes {f.relative_to(ROOT)}, which is not there "
+                               "(generated/: run make book first)")
+            body = plain("".join(f.read_text() for f in incs if f.is_file()))
             for para in re.split(r"\n\s*\n", FENCE.sub("", sec)):
-                if SOURCE.search(para) or DERIVED.search(para):
+                if SOURCE.search(para):
                     continue
-                for m in MEASURED.finditer(para):
-                    n = plain(m.group(1))
-                    if BOUND.search(para[max(0, m.start() - 12):m.start()]):
+                derived = marked(para)
+                prose = DERIVED.sub("", para)
+                for m in MEASURED.finditer(prose):
+                    if BOUND.search(prose[max(0, m.start() - 12):m.start()]):
                         continue
-                    if incs and re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", body):
-                        continue
-                    out.append(f"{page.name}: {m.group(0)} ({', '.join(incs) or 'no results file in the section'}): "
-                               + para[max(0, m.start() - 50):m.end() + 10].replace("\n", " "))
+                    for n in numbers(m):
+                        if n in derived or re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", body):
+                            continue
+                        out.append(f"{page.name}: {n} ({', '.join(names) or 'no results file in the section'}): "
+                                   + prose[max(0, m.start() - 50):m.end() + 10].replace("\n", " "))
     return out
 
 
