@@ -91,9 +91,10 @@ def problems() -> tuple[int, list[str]]:
     return found, bad
 
 
-# What a section includes: results files, and the outputs the build generates or a run
-# recorded (book/src/generated/, book/src/recorded/).
-INCLUDE = re.compile(r"\{\{#include (\.\./\.\./bench/results/[\w./-]+\.md|(?:generated|recorded)/[\w./-]+)")
+# What a section includes: results files, and the outputs and figures the build generates
+# or a run recorded (book/src/generated/, book/src/recorded/).
+INCLUDE = re.compile(r"\{\{#include (\.\./\.\./bench/results/[\w./-]+\.md|(?:generated|recorded)/[\w./-]+)"
+                     r"|!\[[^\]]*\]\(((?:generated|recorded)/[\w./-]+)\)")
 
 
 def worklist() -> list[str]:
@@ -104,7 +105,7 @@ def worklist() -> list[str]:
     src = ROOT / "book" / "src"
     for page in sorted(src.glob("ch*.md")):
         for sec in re.split(r"\n(?=## )", page.read_text()):
-            incs = sorted({(src / f).resolve() for f in INCLUDE.findall(sec)})
+            incs = sorted({(src / f).resolve() for pair in INCLUDE.findall(sec) for f in pair if f})
             names = [str(f.relative_to(ROOT)) for f in incs]
             for f in incs:
                 if not f.is_file():
