@@ -97,6 +97,16 @@ INCLUDE = re.compile(r"\{\{#include (\.\./\.\./bench/results/[\w./-]+\.md|(?:gen
                      r"|!\[[^\]]*\]\(((?:generated|recorded)/[\w./-]+)\)")
 
 
+def shown(f: Path) -> str:
+    """The text a reader sees in an included file: of an SVG figure, its labels (matplotlib
+    keeps each label's text in a comment beside its glyphs), not its coordinates."""
+    text = f.read_text()
+    if f.suffix == ".svg":
+        labels = re.findall(r"<!--(.*?)-->|<(?:text|title|desc)\b[^>]*>(.*?)</", text, re.S)
+        return "\n".join(a or b for a, b in labels)
+    return text
+
+
 def worklist() -> list[str]:
     """--todo: measured numbers in paragraphs that name no file, against the files their
     section includes (if any): what is left to source (not a failure yet). A generated
@@ -111,7 +121,7 @@ def worklist() -> list[str]:
                 if not f.is_file():
                     out.append(f"{page.name}: includes {f.relative_to(ROOT)}, which is not there "
                                "(generated/: run make book first)")
-            body = plain("".join(f.read_text() for f in incs if f.is_file()))
+            body = plain("".join(shown(f) for f in incs if f.is_file()))
             for para in re.split(r"\n\s*\n", FENCE.sub("", sec)):
                 if SOURCE.search(para):
                     continue
