@@ -4,7 +4,9 @@
 The book's measured numbers come from generated includes (bench/results/*.md, the outputs
 under book/src/generated/ and book/src/recorded/) or are typed in prose that names the
 results file they come from. This check reads every paragraph of book/src/*.md that names
-such a file (bench/results/..., NOTES.md) and finds each of its measured numbers there: a
+such a file (bench/results/..., NOTES.md, or a benchmark's source bench/*.h|cu|cpp|py for
+a setting its comments state; a comment <!-- source: ... --> names it too) and finds each
+of its measured numbers there: a
 number followed by a unit (us, µs, ms, %, TB/s, GB/s, TFLOP/s, x, ×), both ends of a range
 ("57.7–60.4%"), unless it is a target or a bound ("at least 90%", "at most 7 µs").
 Arithmetic is not a measurement (`35 % 16`, `32 × 8`). Thousands separators are ignored.
@@ -27,7 +29,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = re.compile(r"(bench/results/[\w./-]+\.(?:md|csv)|NOTES\.md)")
+SOURCE = re.compile(r"(bench/results/[\w./-]+\.(?:md|csv)|bench/[\w-]+\.(?:h|cu|cpp|py)|NOTES\.md)")
 # A number with its unit. An operator between two numbers is not a unit: `35 % 16`, `32 × 8`
 # and `16 × 16` are arithmetic and shapes, not a percentage or a ratio.
 # A range ("57.7–60.4%") is two measured numbers.
@@ -57,6 +59,19 @@ def numbers(m: re.Match) -> list[str]:
     return [plain(g) for g in m.groups() if g]
 
 
+def shown(f: Path) -> str:
+    """The text of a file that a number may be found in: of an SVG figure, its labels
+    (matplotlib keeps each label's text in a comment beside its glyphs), not its
+    coordinates; of a benchmark's source, its comments, not its arithmetic."""
+    text = f.read_text()
+    if f.suffix == ".svg":
+        labels = re.findall(r"<!--(.*?)-->|<(?:text|title|desc)\b[^>]*>(.*?)</", text, re.S)
+        return "\n".join(a or b for a, b in labels)
+    if f.suffix in (".h", ".cu", ".cpp", ".py"):  # a setting a benchmark states in its comments
+        return "\n".join(re.findall(r"(?://|#)(.*)$", text, re.M))
+    return text
+
+
 def problems() -> tuple[int, list[str]]:
     found, bad = 0, []
     for page in sorted((ROOT / "book" / "src").glob("*.md")):
@@ -72,7 +87,7 @@ def problems() -> tuple[int, list[str]]:
             for s in sources:
                 path = ROOT / s
                 if path.is_file():
-                    body += path.read_text()
+                    body += shown(path)
                 else:
                     bad.append(f"{page.name}:{line}: names {s}, which does not exist")
             body = plain(body)
@@ -95,16 +110,6 @@ def problems() -> tuple[int, list[str]]:
 # or a run recorded (book/src/generated/, book/src/recorded/).
 INCLUDE = re.compile(r"\{\{#include (\.\./\.\./bench/results/[\w./-]+\.md|(?:generated|recorded)/[\w./-]+)"
                      r"|!\[[^\]]*\]\(((?:generated|recorded)/[\w./-]+)\)")
-
-
-def shown(f: Path) -> str:
-    """The text a reader sees in an included file: of an SVG figure, its labels (matplotlib
-    keeps each label's text in a comment beside its glyphs), not its coordinates."""
-    text = f.read_text()
-    if f.suffix == ".svg":
-        labels = re.findall(r"<!--(.*?)-->|<(?:text|title|desc)\b[^>]*>(.*?)</", text, re.S)
-        return "\n".join(a or b for a, b in labels)
-    return text
 
 
 def worklist() -> list[str]:
