@@ -8,13 +8,27 @@ runs left, BUILD_DIR/test_chNN_chapter.log in each BUILD_DIR given (`make test-c
 writes to build/cpu or build/cuda, `make check-chapter-N` to build/cpu-check), and takes
 the newest: the last run decides, plain or checked. Then:
 
-    done          the last run passed: no test failed. (An untouched skeleton never
-                  passes, so this holds whether or not the files differ from it.)
+    done          the last run passed its core tests: no core test failed. (An untouched
+                  skeleton never passes, so this holds whether or not the files differ
+                  from it.) Stretch exercises are optional and counted apart:
+                  "done, stretch 1 of 2".
     in progress   the last run failed (with its count of passing tests) or stopped
                   before its summary (a crash, or Ctrl-C), and the exercise files were
                   edited; or they were edited and no run has been logged yet
     not started   the exercise files are the untouched skeleton (it passes a few
                   argument checks: that is not progress)
+
+Core and stretch. The tests of a stretch exercise are the GoogleTest suites whose names
+start with Stretch (StretchSplitMerge.*, Ch10/StretchMerge.*); every other test is a core
+test. make test-chapter-N (tools/run_chapter.sh) lists each test's result in a file and
+asks this script for its summary line, which goes into the log:
+
+    python3 tools/progress.py --summarize NN RESULTS_FILE
+    == core: 40 of 40 pass -- chapter done; stretch: 1 of 2 exercises (optional)
+
+(exit 0 when every core test passed). A stretch exercise is done when every test of the
+Stretch suites its TODO names passed (tools/make_skeletons.py); exercises that name none
+share the Stretch suites that no exercise names.
 """
 
 from __future__ import annotations
@@ -51,6 +65,59 @@ def counts(log: Path) -> tuple[int, int, int, int] | None:
         return None
 
 
+def is_stretch(test: str) -> bool:
+    """True for a test of a Stretch suite: StretchX.Case, Ch10/StretchX.Case/0."""
+    suite = test.split(".", 1)[0]
+    return suite.rsplit("/", 1)[-1].startswith("Stretch")
+
+
+def suite_of(test: str) -> str:
+    """The suite's own name, without its instantiation prefix: Ch10/StretchX.Y/0 -> StretchX."""
+    return test.split(".", 1)[0].rsplit("/", 1)[-1]
+
+
+def read_results(text: str) -> list[tuple[str, str]]:
+    """(outcome, test) pairs from the lines "OK name", "FAILED name", "SKIPPED name"."""
+    pairs = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in ("OK", "FAILED", "SKIPPED"):
+            pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def chapter_summary(root: Path, num: str, results: list[tuple[str, str]]) -> tuple[str, bool]:
+    """The summary line of one run of chapter `num`'s tests, and whether the core passed."""
+    core = [(o, t) for o, t in results if not is_stretch(t)]
+    passed = sum(o == "OK" for o, _ in core)
+    failed = sum(o == "FAILED" for o, _ in core)
+    skipped = sum(o == "SKIPPED" for o, _ in core)
+    ok = failed == 0 and passed > 0
+    text = f"core: {passed} of {len(core)} pass"
+    if skipped:
+        text += f" ({skipped} skipped)"
+    text += " -- chapter done" if ok else f", {failed} fail"
+    try:
+        exs = [ex for ex in make_skeletons.exercises(root, num) if ex.stretch]
+    except make_skeletons.RegionError:
+        exs = []
+    stretch = [(o, t) for o, t in results if is_stretch(t)]
+    if exs:
+        named = {s for ex in exs for s in ex.suites}
+
+        def passes(suites) -> bool:
+            mine = [o for o, t in stretch if suites(suite_of(t))]
+            return "OK" in mine and "FAILED" not in mine
+
+        done = sum(passes((lambda s, ex=ex: s in ex.suites) if ex.suites
+                          else (lambda s: s not in named)) for ex in exs)
+        text += f"; stretch: {done} of {len(exs)} exercises (optional)"
+    elif stretch:
+        text += (f"; stretch: {sum(o == 'OK' for o, _ in stretch)} of {len(stretch)} "
+                 "Stretch tests pass (optional)")
+    return text, ok
+
+
 def newest_log(builds: list[Path], num: str) -> Path | None:
     """The chapter's most recent test log among the build directories, or None."""
     logs = []
@@ -80,10 +147,26 @@ def ranges(numbers: list[int]) -> str:
     return ", ".join(parts)
 
 
+SUMMARY = re.compile(r"core: (\d+) of (\d+) pass(?: \(\d+ skipped\))?( -- chapter done)?"
+                     r"(?:.*?; stretch: (\d+) of (\d+) exercises)?")
+
+
 def state(root: Path, name: str, builds: list[Path]) -> str:
-    """One chapter's state: done, not started, or in progress (with why)."""
+    """One chapter's state: done (with its stretch count), not started, or in progress."""
     log = newest_log(builds, name[:2])
     c = counts(log) if log else None
+    # The core/stretch summary that make test-chapter-N writes, if this log has one.
+    try:
+        found = SUMMARY.findall(log.read_text(errors="replace")) if log and c else []
+    except OSError:
+        found = []
+    if found:
+        passed, total, done, s_done, s_all = found[-1]
+        if done:
+            return f"done, stretch {s_done} of {s_all}" if s_all else "done"
+        if not edited(root, name):
+            return "not started"
+        return f"in progress ({passed} of {total} core tests pass)"
     if c and c[2] == 0 and c[1] > 0:
         return "done"
     if not edited(root, name):  # an untouched skeleton passes a few argument checks
@@ -98,19 +181,22 @@ def state(root: Path, name: str, builds: list[Path]) -> str:
 def line(root: Path, builds: Path | list[Path]) -> str:
     if isinstance(builds, Path):
         builds = [builds]
-    done, started, fresh = [], [], []
+    done, started, fresh, stretch = [], [], [], []
     for name in make_skeletons.chapter_names(root / "solutions"):
         n = int(name[:2])
         s = state(root, name, builds)
-        if s == "done":
+        if s.startswith("done"):
             done.append(n)
+            if s != "done":
+                stretch.append(f"{s.split('stretch ', 1)[1]} in chapter {n}")
         elif s == "not started":
             fresh.append(n)
         else:
             started.append(f"{n} {s}")
     parts = []
     if done:
-        parts.append(("chapter " if len(done) == 1 else "chapters ") + ranges(done) + " done")
+        parts.append(("chapter " if len(done) == 1 else "chapters ") + ranges(done) + " done"
+                     + (" (stretch exercises: " + ", ".join(stretch) + ")" if stretch else ""))
     parts += started
     if fresh:
         parts.append(ranges(fresh) + " not started")
@@ -120,6 +206,17 @@ def line(root: Path, builds: Path | list[Path]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--summarize"]:
+        if len(argv) != 3:
+            print("usage: progress.py --summarize NN RESULTS_FILE", file=sys.stderr)
+            return 2
+        try:
+            results = read_results(Path(argv[2]).read_text(errors="replace"))
+        except OSError:
+            results = []
+        text, ok = chapter_summary(ROOT, f"{int(argv[1]):02d}", results)
+        print(text)
+        return 0 if ok else 1
     if not argv:
         print("usage: progress.py BUILD_DIR [BUILD_DIR ...]", file=sys.stderr)
         return 2

@@ -58,12 +58,22 @@ fi
 
 log="$build/$target.log"
 state="$build/$target.state"
+# Each test's outcome ("OK name", "FAILED name", "SKIPPED name"): core and stretch tests
+# (suites named Stretch*) are counted apart by tools/progress.py --summarize.
+results="$build/$target.results"
+: > "$results"
 # GoogleTest's full output, shown as --gtest_brief=1 would show it (failures and the
 # summary), while counting the tests that start, pass, fail and skip: if the program dies
 # mid-test (a crash), the summary below still says how far it got and which test it was in.
 # (The program's exit status goes through a file: bash's own "Segmentation fault" line for
 # it, which would print the whole pipeline, goes to /dev/null.)
-{ "$build/$target" 2>&1; echo $? > "$state.status"; } 2>/dev/null | awk -v state="$state" '
+{ "$build/$target" 2>&1; echo $? > "$state.status"; } 2>/dev/null | awk -v state="$state" -v results="$results" '
+    function record(outcome,   name) {
+        name = substr($0, 14)
+        sub(/ .*/, "", name)
+        sub(/,$/, "", name)
+        print outcome " " name > results
+    }
     function show(line) {
         if (blank) print ""
         blank = 0
@@ -72,9 +82,9 @@ state="$build/$target.state"
     }
     /^$/                                { blank = 1; next }
     /^\[ RUN      \] /                  { running = substr($0, 14); started++; blank = 0; next }
-    /^\[       OK \] /                  { passed++; running = ""; blank = 0; next }
-    !done && /^\[  SKIPPED \] /          { skipped++; running = ""; blank = 0; next }
-    !done && /^\[  FAILED  \] /          { failed++; running = ""; show($0); next }
+    /^\[       OK \] /                  { passed++; record("OK"); running = ""; blank = 0; next }
+    !done && /^\[  SKIPPED \] /          { skipped++; record("SKIPPED"); running = ""; blank = 0; next }
+    !done && /^\[  FAILED  \] /          { failed++; record("FAILED"); running = ""; show($0); next }
     /^\[----------\]/ || /^\[==========\] Running / || /^\[ DISABLED \] / { blank = 0; next }
     /^\[==========\] .* ran\./          { done = 1; show($0); next }
     done && /^\[  SKIPPED \] [0-9]+ tests?, listed below:/ { sub(/, listed below:/, "."); show($0); next }
@@ -94,8 +104,27 @@ passed=$(count PASSED) skipped=$(count SKIPPED)
 total=${total:-0} passed=${passed:-0} skipped=${skipped:-0}
 failed=$((total - passed - skipped))
 skip_note=$([ "$skipped" != 0 ] && echo ", $skipped skipped")
+# Core and stretch apart: the chapter is done when every core test passes; the stretch
+# exercises (tests in Stretch* suites) are optional. The line goes into the log too, for
+# make progress.
+split="" stretch_part="" core_ok=1
+if [ "$finished" = 1 ]; then
+    split=$(python3 tools/progress.py --summarize "$num" "$results")
+    core_ok=$?
+    stretch_part=$(sed -n 's/^.*; \(stretch: .*\)$/\1/p' <<<"$split")
+    echo "== Chapter $((10#$num)): $split" >> "$log"
+    # Every core test passed (the stretch ones are optional): the run succeeds.
+    [ "$core_ok" = 0 ] && [ -n "$stretch_part" ] && status=0
+fi
 echo
-if [ "$status" = 0 ]; then
+if [ -n "$stretch_part" ] && [ "$finished" = 1 ]; then
+    echo "== Chapter $((10#$num)): $split"
+    if [ "$core_ok" = 0 ]; then
+        [ "$flavor" = chapter ] && echo "   Well done: on to the next chapter! (Or try a stretch exercise: make hint-$((10#$num)) LIST=1.)"
+    else
+        [ "$flavor" = chapter ] && echo "   (Red is expected until the core exercises are done.)"
+    fi
+elif [ "$status" = 0 ]; then
     if [ "$skipped" = 0 ]; then
         echo "== Chapter $((10#$num)): all $total tests pass. $([ "$flavor" = chapter ] && echo 'Well done: on to the next chapter!')"
     else
@@ -117,12 +146,18 @@ else
             echo "     $build/$target --gtest_filter='${running:-*}'"
         fi
     fi
+fi
+if [ "$status" != 0 ]; then
     if [ "$flavor" = mine ]; then
         echo "   make test-chapter-N for each earlier chapter says which one is not done yet."
     fi
     if [ "$flavor" = chapter ]; then
         echo "   Your exercises (TODO(ch$num) markers):"
         grep -n "TODO(ch$num)" "$src"/* | sed 's/^/     /; s/:[[:space:]]*\/\/ */: /'
+        if grep -q "TODO(ch$num, stretch)" "$src"/*; then
+            echo "   Stretch exercises (optional; their tests are the Stretch* suites):"
+            grep -n "TODO(ch$num, stretch)" "$src"/* | sed 's/^/     /; s/:[[:space:]]*\/\/ */: /'
+        fi
         echo "   Stuck? make hint-$((10#$num)) shows a hint, one level at a time. The book's chapter page"
         echo "   explains each exercise: make book."
     fi

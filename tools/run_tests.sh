@@ -35,20 +35,68 @@ step() {
     fi
 }
 
-# The skeleton must build, and its tests must run and FAIL (a stub never passes).
+# The skeleton must build, and its CORE tests must run and FAIL (a stub never passes). The
+# tests of stretch exercises (suites named Stretch*, optional) are not what makes it red.
+STRETCH_FILTER='Stretch*:*/Stretch*'
 skeleton_fails() {
     local bin=$1 out status failed total
-    out=$("$bin" --gtest_brief=1 2>&1)
+    out=$("$bin" --gtest_brief=1 --gtest_filter="-$STRETCH_FILTER" 2>&1)
     status=$?
     echo "$out"
     total=$(sed -nE 's/^\[=+\] ([0-9]+) tests? from .* ran.*/\1/p' <<<"$out" | tail -n 1)
     failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' <<<"$out")
     if [ "$status" = 1 ] && [ "${failed:-0}" -gt 0 ]; then
-        echo "skeleton: $failed of $total tests fail, as they must before the exercises are done"
+        echo "skeleton: $failed of $total core tests fail, as they must before the exercises are done"
         return 0
     fi
-    echo "skeleton: expected failing tests (exit 1); got exit $status with ${failed:-0} failures"
+    echo "skeleton: expected failing core tests (exit 1); got exit $status with ${failed:-0} failures"
     return 1
+}
+
+# The "core done" student (make ci): for each chapter with stretch exercises, the solution
+# with its core regions kept and its stretch regions stubbed (tools/make_skeletons.py
+# --core-only, built as test_chNN_core in this build dir). Its core tests must all pass (core
+# tests never run stretch code) and every Stretch* suite must fail (its tests see a stub).
+core_done() {
+    local chapters targets n bin out status suites failing s bad=0
+    chapters=$("$python" tools/make_skeletons.py --list-stretch) || return 1
+    if [ -z "$chapters" ]; then
+        echo "no chapter has stretch exercises yet"
+        return 0
+    fi
+    targets=$(for n in $chapters; do printf 'test_ch%s_core ' "$n"; done)
+    echo "chapters with stretch exercises: $chapters"
+    cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target $targets || return 1
+    for n in $chapters; do
+        bin=$build/test_ch${n}_core
+        out=$(PA_EMU_SCHEDULE=forward "$bin" --gtest_brief=1 --gtest_filter="-$STRETCH_FILTER" 2>&1)
+        status=$?
+        total=$(sed -nE 's/^\[=+\] ([0-9]+) tests? from .* ran.*/\1/p' <<<"$out" | tail -n 1)
+        if [ "$status" != 0 ] || [ "${total:-0}" = 0 ]; then
+            echo "$out" | tail -n 40
+            echo "chapter $n, core done: the core tests must pass with the stretch regions stubbed (exit $status)"
+            bad=1
+        else
+            echo "chapter $n, core done: all $total core tests pass"
+        fi
+        out=$(PA_EMU_SCHEDULE=forward "$bin" --gtest_brief=1 --gtest_filter="$STRETCH_FILTER" 2>&1)
+        suites=$("$bin" --gtest_list_tests --gtest_filter="$STRETCH_FILTER" | sed -nE 's|^([^ ].*)\.$|\1|p' | sort -u)
+        failing=$(sed -nE 's/^\[  FAILED  \] ([^ .]*)\..* \([0-9]+ ms\)$/\1/p' <<<"$out" | sort -u)
+        if [ -z "$suites" ]; then
+            echo "chapter $n has stretch exercises but no Stretch* test suite"
+            bad=1
+        fi
+        for s in $suites; do
+            if grep -qxF "$s" <<<"$failing"; then
+                echo "chapter $n, core done: $s fails, as it must while its exercise is a stub"
+            else
+                echo "chapter $n, core done: every test of $s passes with the stretch regions stubbed:"
+                echo "  it cannot tell a missing stretch answer"
+                bad=1
+            fi
+        done
+    done
+    [ "$bad" = 0 ]
 }
 
 echo "== make $scope ($backend backend, build in $build)"
@@ -131,6 +179,8 @@ if [ "$backend" = cpu ]; then
     # its chapter's plain tests; the runner prints the kill rate per chapter.
     step "exercise mutants: every wrong answer fails its chapter's tests" \
         "$python" tools/run_mutants.py --suite exercise --jobs "$(nproc 2>/dev/null || echo 2)" --python "$python"
+    # Core and stretch apart: the "core done" tree of each chapter with stretch exercises.
+    step "core done: core tests pass with every stretch exercise a stub, Stretch suites fail" core_done
     # Chapter 8's random traces, many more than the chapter's own run of them.
     step "chapter 08: 1,000 random traces under memory pressure (PA_PRESSURE_TRACES=1000)" \
         env PA_PRESSURE_TRACES=1000 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \

@@ -136,3 +136,62 @@ def test_the_command_line_needs_a_build_dir():
     out = subprocess.run([sys.executable, str(TOOLS / "progress.py")], capture_output=True, text=True)
     assert out.returncode == 2
     assert "usage: progress.py BUILD_DIR" in out.stderr
+
+
+STRETCH_SOLUTION = """\
+// TODO(ch03): core.
+// BEGIN SOLUTION(ch03)
+x;
+// END SOLUTION
+// TODO(ch03, stretch): the first bonus. Tests: StretchOne.*
+// BEGIN SOLUTION(ch03, stretch)
+y;
+// END SOLUTION
+// TODO(ch03, stretch): the second bonus. Tests: StretchTwo.* and Ch03/StretchTwoMore.*
+// BEGIN SOLUTION(ch03, stretch)
+z;
+// END SOLUTION
+"""
+
+
+def test_summarize_counts_core_and_stretch_apart(repo):
+    root = repo[0]
+    (root / "solutions/03-chapter/k.cu").write_text(STRETCH_SOLUTION)
+    results = progress.read_results(
+        "OK Core.A\nOK Ch03/CoreP.B/0\nSKIPPED Core.Gpu\nFAILED StretchOne.X\nOK StretchOne.Y\n"
+        "OK StretchTwo.Z\nOK Ch03/StretchTwoMore.W/1\nnoise line\n")
+    assert progress.chapter_summary(root, "03", results) == (
+        "core: 2 of 3 pass (1 skipped) -- chapter done; stretch: 1 of 2 exercises (optional)", True)
+    # Every stretch test failing (the stubs): the chapter is still done.
+    results = [(("FAILED" if progress.is_stretch(t) else o), t) for o, t in results]
+    assert progress.chapter_summary(root, "03", results)[0].endswith(
+        "chapter done; stretch: 0 of 2 exercises (optional)")
+    # A core failure: not done, whatever the stretch tests say.
+    text, ok = progress.chapter_summary(root, "03", [("FAILED", "Core.A"), ("OK", "StretchOne.X")])
+    assert not ok and text.startswith("core: 0 of 1 pass, 1 fail; stretch: 1 of 2")
+    assert progress.chapter_summary(root, "04", [("OK", "A.B")]) == ("core: 1 of 1 pass -- chapter done", True)
+    assert progress.is_stretch("Ch10/StretchMerge.Case/3") and not progress.is_stretch("Merge.Stretch")
+
+
+def test_summarize_from_the_command_line(tmp_path):
+    results = tmp_path / "results"
+    results.write_text("OK Core.A\nFAILED Core.B\n")
+    out = subprocess.run([sys.executable, str(TOOLS / "progress.py"), "--summarize", "3", str(results)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and out.stdout.startswith("core: 1 of 2 pass, 1 fail"), out
+
+
+def test_a_chapter_done_with_stretch_exercises_left(repo):
+    root, plain, checked, edits = repo
+    edits.add(3)
+    write_log(plain, 3, FAILING + "\n== Chapter 3: core: 40 of 40 pass -- chapter done; "
+              "stretch: 1 of 2 exercises (optional)\n")
+    assert progress.state(root, "03-chapter", [plain, checked]) == "done, stretch 1 of 2"
+    write_log(plain, 4, FAILING + "\n== Chapter 4: core: 30 of 40 pass, 10 fail; "
+              "stretch: 0 of 1 exercises (optional)\n")
+    edits.add(4)
+    assert progress.state(root, "04-chapter", [plain, checked]) == "in progress (30 of 40 core tests pass)"
+    write_log(plain, 5, PASSING + "\n== Chapter 5: core: 42 of 42 pass -- chapter done\n")
+    assert progress.line(root, [plain, checked]) == (
+        "Progress: chapters 3, 5 done (stretch exercises: 1 of 2 in chapter 3); "
+        "4 in progress (30 of 40 core tests pass); 1-2, 6-10 not started")
