@@ -77,21 +77,17 @@ int SharedBlockManager::blocks_needed(int seq_id, int n) const {
 int SharedBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const {
   PA_REQUIRE(seq_ids.size() == new_tokens.size(),
              "step_blocks: " << seq_ids.size() << " sequences but " << new_tokens.size() << " token counts");
-  std::unordered_map<int, int> owners;  // shared tail -> owners left once earlier appends copied it
-  int total = 0;
-  for (size_t i = 0; i < seq_ids.size(); ++i) {
-    const int n = new_tokens[i];
-    const bool copy = needs_copy(seq_ids[i], n);
-    total += blocks_needed(seq_ids[i], n) - (copy ? 1 : 0);  // the new blocks; the copy below
-    if (!copy) continue;
-    const int tail = find(seq_ids[i], "step_blocks").blocks.back();
-    int& left = owners.emplace(tail, refcount_[size_t(tail)]).first->second;
-    if (left > 1) {  // the last owner to append writes in place
-      ++total;
-      --left;
-    }
-  }
-  return total;
+  // TODO(ch07, stretch): return exactly the number of blocks the pool loses if
+  //   append_slots(seq_ids[i], new_tokens[i]) ran for i = 0, 1, ... in this order: the new
+  //   blocks plus the copy-on-write copies. A sequence writes into its shared tail in place
+  //   (no copy) once every other owner of that block has copied it away in this step, so a
+  //   tail held by k sequences of which j append costs min(j, k - 1) copies. Nothing changes
+  //   (const); each seq_ids[i] is live and appears once. build_batch refuses the step when
+  //   this exceeds num_free(), and takes exactly this many blocks otherwise. Checked by
+  //   StretchStepBlocks.* (tests/07-copy-on-write/test_stretch_step_blocks.cpp).
+  // Given for now: every copy counted (an upper bound; the stretch tests want the
+  // exact count). Replace this line with your answer.
+  return ch03::SlotManager::step_blocks(seq_ids, new_tokens);
 }
 
 // ANCHOR: append_slots

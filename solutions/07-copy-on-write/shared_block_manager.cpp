@@ -96,6 +96,28 @@ int SharedBlockManager::blocks_needed(int seq_id, int n) const {
 int SharedBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const {
   PA_REQUIRE(seq_ids.size() == new_tokens.size(),
              "step_blocks: " << seq_ids.size() << " sequences but " << new_tokens.size() << " token counts");
+  // TODO(ch07, stretch): return exactly the number of blocks the pool loses if
+  //   append_slots(seq_ids[i], new_tokens[i]) ran for i = 0, 1, ... in this order: the new
+  //   blocks plus the copy-on-write copies. A sequence writes into its shared tail in place
+  //   (no copy) once every other owner of that block has copied it away in this step, so a
+  //   tail held by k sequences of which j append costs min(j, k - 1) copies. Nothing changes
+  //   (const); each seq_ids[i] is live and appears once. build_batch refuses the step when
+  //   this exceeds num_free(), and takes exactly this many blocks otherwise. Checked by
+  //   StretchStepBlocks.* (tests/07-copy-on-write/test_stretch_step_blocks.cpp).
+  // HINT(1): Start from what one sequence alone takes (blocks_needed, which counts its copy
+  //   whenever needs_copy says so), then ask, per shared tail block, how many of its owners
+  //   still hold it when each appending owner's turn comes.
+  // HINT(2): Count the new blocks of every sequence as blocks_needed less its copy. Keep a
+  //   map from a shared tail block to its owners not yet copied away in this step, starting
+  //   at the block's refcount; an appending owner copies only while that number is above 1.
+  // HINT(3): total = 0; owners = map tail block -> owners left. For each i: copy =
+  //   needs_copy(seq, n); total += blocks_needed(seq, n) - (copy ? 1 : 0); if copy: tail =
+  //   the sequence's last block, left = owners.emplace(tail, refcount_[tail]).first->second;
+  //   if left > 1 { ++total; --left; }. Return total.
+  // BEGIN SOLUTION(ch07, stretch)
+  // STUB: // Given for now: every copy counted (an upper bound; the stretch tests want the
+  // STUB: // exact count). Replace this line with your answer.
+  // STUB: return ch03::SlotManager::step_blocks(seq_ids, new_tokens);
   std::unordered_map<int, int> owners;  // shared tail -> owners left once earlier appends copied it
   int total = 0;
   for (size_t i = 0; i < seq_ids.size(); ++i) {
@@ -111,6 +133,7 @@ int SharedBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::
     }
   }
   return total;
+  // END SOLUTION
 }
 
 // ANCHOR: append_slots
