@@ -52,6 +52,12 @@ def plain(number: str) -> str:
     return number.replace(",", "")
 
 
+def found_in(n: str, body: str) -> bool:
+    """n stands in body as a number of its own (97 in "97.4%" or 1.25 in "1.25x", not 100
+    in "H100" nor 80 in "80GB")."""
+    return re.search(rf"(?<![\dA-Za-wyz_.]){re.escape(n)}(?![\dA-Za-wyz_])", body) is not None
+
+
 def marked(para: str) -> set[str]:
     """The numbers a paragraph's derived/predicted/claimed comments account for."""
     return {plain(n) for d in DERIVED.findall(para) for n in re.findall(NUM, d)}
@@ -101,7 +107,7 @@ def problems() -> tuple[int, list[str]]:
                     continue
                 for n in numbers(m):
                     found += 1
-                    if re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", body) or n in derived:
+                    if found_in(n, body) or n in derived:
                         continue
                     at = line + prose.count("\n", 0, m.start())
                     bad.append(f"{page.name}:{at}: {n} (in '{m.group(0)}') is in none of {', '.join(sources)} "
@@ -139,7 +145,7 @@ def worklist(every_page: bool = False) -> list[str]:
                     if BOUND.search(prose[max(0, m.start() - 12):m.start()]):
                         continue
                     for n in numbers(m):
-                        if n in derived or re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", body):
+                        if n in derived or found_in(n, body):
                             continue
                         out.append(f"{page.name}: {n} ({', '.join(names) or 'no results file in the section'}): "
                                    + prose[max(0, m.start() - 50):m.end() + 10].replace("\n", " "))
