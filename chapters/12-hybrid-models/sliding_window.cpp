@@ -1,0 +1,77 @@
+// Your exercise file. (Generated from solutions/12-hybrid-models/sliding_window.cpp; instructors regenerate with tools/make_skeletons.py.)
+// Chapter 12, exercises 1 and 2: which blocks a sliding window still needs, and giving the
+// others back. (The hybrid manager around them is hybrid_block_manager.cpp.)
+#include <algorithm>
+
+#include "pa/ch12_hybrid.h"
+
+namespace pa::ch12 {
+
+// ANCHOR: first_needed_block
+int first_needed_block(const LayerGroup& group, int next_pos, int block_size) {
+  PA_REQUIRE(next_pos >= 0, "first_needed_block: negative position " << next_pos);
+  // TODO(ch12): return the index of the first logical block (block i holds positions
+  //   i * block_size .. i * block_size + block_size - 1) that holds a key some query at a
+  //   position >= next_pos can see. A query at position p of a sliding group sees the keys
+  //   at positions p - window + 1 .. p that exist (>= 0): `window` keys, its own included.
+  //   A query of a full group sees every earlier key. Every block before the returned one is
+  //   dead: no current or future query reads it; the returned block is not.
+  //   Examples (block_size 16, window 32): next_pos 0 -> 0; 46 -> 0 (position 15 is still
+  //   seen); 47 -> 1.
+  PA_TODO("ch12");
+}
+// ANCHOR_END: first_needed_block
+
+GroupBlockManager::GroupBlockManager(HybridBlockManager& owner, const LayerGroup& group)
+    : ch07::SharedBlockManager(owner.pool_.num_blocks(), owner.block_size_), owner_(&owner), group_(group) {}
+
+int GroupBlockManager::num_free() const { return owner_->pool_.num_free(); }
+
+int GroupBlockManager::take_block() { return owner_->pool_.allocate(); }
+
+void GroupBlockManager::drop_block(int block) {
+  PA_REQUIRE(block != kNullBlock, "drop_block: the null block (" << kNullBlock
+                                      << ") is owned by nobody and is never freed");
+  owner_->pool_.free(block);
+}
+
+void GroupBlockManager::fork(int parent, int child) {
+  SharedBlockManager::fork(parent, child);
+  // Chapter 7's fork counted the child as an owner of every entry; nobody owns a null one.
+  for (int b : find(child, "fork").blocks)
+    if (b == kNullBlock) --refcount_[size_t(kNullBlock)];
+}
+
+void GroupBlockManager::release(int seq_id) {
+  // Chapter 7's release drops one count of every entry: take the null ones out first.
+  Sequence& seq = find(seq_id, "release");
+  seq.blocks.erase(std::remove(seq.blocks.begin(), seq.blocks.end(), kNullBlock), seq.blocks.end());
+  SharedBlockManager::release(seq_id);
+}
+
+int GroupBlockManager::dead_blocks_to_pool(int seq_id) const {
+  const Sequence& seq = find(seq_id, "dead_blocks_to_pool");
+  const int first = std::min(first_needed_block(group_, seq.length, block_size_), int(seq.blocks.size()));
+  int n = 0;
+  for (int i = 0; i < first; ++i)
+    n += seq.blocks[size_t(i)] != kNullBlock && refcount_[size_t(seq.blocks[size_t(i)])] == 1;
+  return n;
+}
+
+// ANCHOR: free_dead_blocks
+int GroupBlockManager::free_dead_blocks(int seq_id) {
+  Sequence& seq = find(seq_id, "free_dead_blocks");
+  // TODO(ch12): the sequence's next query is at position seq.length. Every entry of
+  //   seq.blocks that holds no key that query (or a later one) can see is dead: on return
+  //   it is kNullBlock, and the sequence no longer owns its block: the block's refcount_
+  //   has one owner fewer, and a block left with no owner went back to the pool through
+  //   drop_block (a block a forked sequence still holds stays, with that owner). Entries a
+  //   query can still see are untouched, and so is every entry of a full group. An entry
+  //   that is already kNullBlock is owned by nobody: its refcount_ never changes and it
+  //   never goes to drop_block. seq.blocks keeps its size (entry i is logical block i) and
+  //   seq.length does not change. Returns the number of blocks that went back to the pool.
+  PA_TODO("ch12");
+}
+// ANCHOR_END: free_dead_blocks
+
+}  // namespace pa::ch12

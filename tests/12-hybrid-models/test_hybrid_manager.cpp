@@ -1,0 +1,152 @@
+// Chapter 12: the hybrid block manager, by hand-worked cases (the window's edge inside a
+// block, on a block edge, wider than the sequence; fork and copy-on-write in both kinds of
+// group; running out of blocks) and by the errors a bad call gets.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "pa/ch12_hybrid.h"
+
+namespace {
+
+using pa::ch12::Attention;
+using pa::ch12::full_group;
+using pa::ch12::HybridBlockManager;
+using pa::ch12::kNullBlock;
+using pa::ch12::LayerGroup;
+using pa::ch12::sliding_group;
+using pa::test::error_contains;
+
+// The entries of a table that are the null block, as a string: "N N . ." (N null, . real).
+std::string shape(const std::vector<int>& table) {
+  std::string s;
+  for (int b : table) s += b == kNullBlock ? "N " : ". ";
+  if (!s.empty()) s.pop_back();
+  return s;
+}
+
+// The window's first key inside a block: window 20, blocks of 16. The query at 34 sees
+// 15..34 (block 0 keeps position 15); the query at 35 sees 16..35.
+TEST(HybridHand, WindowEdgeInsideABlock) {
+  HybridBlockManager m(16, 16, {sliding_group(20)});
+  m.add_sequence(1);
+  m.append_slots(1, 34);
+  EXPECT_EQ(m.free_dead_blocks(1), 0) << "at 34 tokens the next query (position 34) sees 15..34: block 0 holds 15";
+  EXPECT_EQ(shape(m.block_list(0, 1)), ". . .");
+  m.append_slots(1, 1);
+  EXPECT_EQ(shape(m.block_list(0, 1)), ". . .")
+      << "append_slots(1 token at position 34) must keep block 0: that step's query sees position 15";
+  EXPECT_EQ(m.free_dead_blocks(1), 1) << "at 35 tokens the next query sees 16..35: block 0 is dead";
+  EXPECT_EQ(shape(m.block_list(0, 1)), "N . .") << "the dead entry points at the null block";
+  EXPECT_EQ(m.num_held(), 2);
+  EXPECT_EQ(m.num_free(), 16 - 1 - 2) << "block 0 of the pool is the null block: never free";
+}
+
+// The window's first key on a block edge: window 16, blocks of 16.
+TEST(HybridHand, WindowEdgeOnABlockEdge) {
+  HybridBlockManager m(16, 16, {sliding_group(16)});
+  m.add_sequence(1);
+  m.append_slots(1, 31);
+  EXPECT_EQ(m.free_dead_blocks(1), 1) << "at 31 tokens the next query sees 16..31: block 0 is dead";
+  EXPECT_EQ(shape(m.block_list(0, 1)), "N .");
+  m.append_slots(1, 1);  // position 31; block 1 still seen
+  EXPECT_EQ(m.free_dead_blocks(1), 0) << "at 32 tokens the next query sees 17..32: block 1 holds 17..31";
+  EXPECT_EQ(shape(m.block_list(0, 1)), "N .");
+  m.append_slots(1, 15);  // to 47
+  EXPECT_EQ(m.free_dead_blocks(1), 1) << "at 47 tokens the next query sees 32..47";
+  EXPECT_EQ(shape(m.block_list(0, 1)), "N N .");
+  EXPECT_EQ(m.num_held(), 1);
+}
+
+TEST(HybridHand, WindowWiderThanTheSequenceAndTheFullGroupKeepEverything) {
+  HybridBlockManager m(64, 8, {full_group(), sliding_group(100)});
+  m.add_sequence(3);
+  m.append_slots(3, 90);
+  EXPECT_EQ(m.free_dead_blocks(3), 0) << "window 100 over 90 tokens: every key is still seen";
+  m.append_slots(3, 20);  // 110 tokens: the next query sees 11..110
+  EXPECT_EQ(m.free_dead_blocks(3), 1) << "at 110 tokens the next query sees 11..110: only block 0 (0..7) is dead";
+  EXPECT_EQ(shape(m.block_list(1, 3)).substr(0, 5), "N . .");
+  for (int b : m.block_list(0, 3)) EXPECT_NE(b, kNullBlock) << "the full group gives nothing back";
+  EXPECT_EQ(m.block_list(0, 3).size(), 14u);
+}
+
+// Fork and copy-on-write in both groups; a dead block two sequences share goes back to the
+// pool only when the second one gives it up.
+TEST(HybridHand, ForkSharesAndTheLastOwnerFrees) {
+  HybridBlockManager m(32, 8, {full_group(), sliding_group(16)});
+  m.add_sequence(1);
+  m.append_slots(1, 20);  // 3 blocks per group, the tail half full
+  m.fork(1, 2);
+  EXPECT_EQ(m.block_list(1, 2), m.block_list(1, 1)) << "the child shares the parent's blocks";
+  EXPECT_EQ(m.blocks_needed(2, 1), 2) << "a shared, half-full tail is copied in each group";
+  const int free_before = m.num_free();
+  m.append_slots(2, 1);
+  EXPECT_EQ(m.num_free(), free_before - 2);
+  EXPECT_EQ(m.take_copies(0).size(), 1u);
+  EXPECT_EQ(m.take_copies(1).size(), 1u);
+  m.append_slots(1, 8);  // 28 tokens: one new block per group, no copy (the tail is its own now)
+  const int shared_block0 = m.block_list(1, 1)[0];
+  EXPECT_EQ(m.group(1).refcount(shared_block0), 2);
+  EXPECT_EQ(m.free_dead_blocks(1), 0)
+      << "at 28 tokens block 0 is dead for sequence 1, but sequence 2 still sees it: nothing goes back";
+  EXPECT_EQ(m.block_list(1, 1)[0], kNullBlock) << "sequence 1's entry points at the null block";
+  EXPECT_EQ(m.group(1).refcount(shared_block0), 1) << "sequence 1 no longer owns block " << shared_block0;
+  EXPECT_EQ(m.block_list(1, 2)[0], shared_block0) << "sequence 2 still holds it";
+  EXPECT_TRUE(m.pool().is_allocated(shared_block0));
+  m.append_slots(2, 7);  // 28 tokens too
+  EXPECT_EQ(m.free_dead_blocks(2), 1) << "its last owner gives block " << shared_block0 << " back";
+  EXPECT_FALSE(m.pool().is_allocated(shared_block0));
+  EXPECT_EQ(m.group(1).refcount(shared_block0), 0);
+  // A fork after the freeing: the null entry is copied and owned by nobody.
+  m.fork(2, 3);
+  EXPECT_EQ(m.block_list(1, 3)[0], kNullBlock);
+  EXPECT_EQ(m.group(1).refcount(kNullBlock), 0) << "nobody owns the null block";
+  m.release(1);
+  m.release(2);
+  m.release(3);
+  EXPECT_EQ(m.num_free(), 31) << "every block but the null one is back";
+  EXPECT_EQ(m.num_held(), 0);
+}
+
+TEST(HybridHand, OutOfBlocksCountsWhatTheWindowGivesBack) {
+  HybridBlockManager m(5, 8, {full_group(), sliding_group(8)});  // 4 blocks to hand out
+  m.add_sequence(1);
+  m.append_slots(1, 16);  // 2 blocks per group
+  ASSERT_EQ(m.num_free(), 0);
+  // The step's query at 16 sees 9..16: block 0 of the sliding group can go back first, but
+  // the two new blocks (one per group) need one more.
+  EXPECT_EQ(m.step_blocks({1}, {1}), 1) << "2 new blocks, less the 1 the window gives back";
+  EXPECT_TRUE(error_contains([&] { m.append_slots(1, 1); }, "append_slots: sequence 1 needs 2 more blocks, only 1 are free"));
+  EXPECT_EQ(m.length(1), 16) << "a failed append changes nothing";
+  EXPECT_EQ(shape(m.block_list(1, 1)), ". .") << "a failed append frees nothing";
+  m.add_sequence(2);
+  m.append_slots(2, 0);  // holds nothing
+  m.release(2);
+  EXPECT_EQ(m.num_free(), 0);
+}
+
+TEST(HybridErrors, BadConfigurationsAndCallsAreRefused) {
+  EXPECT_TRUE(error_contains([] { HybridBlockManager(8, 16, {sliding_group(0)}); },
+                             "layer group 0: window must be positive, got 0"));
+  EXPECT_TRUE(error_contains([] { HybridBlockManager(8, 16, {full_group(), sliding_group(-3)}); },
+                             "layer group 1: window must be positive, got -3"));
+  EXPECT_TRUE(error_contains([] { HybridBlockManager(8, 16, {full_group(), LayerGroup{Attention::full, 128}}); },
+                             "layer group 1 is full attention but has a window of 128"));
+  EXPECT_TRUE(error_contains([] { HybridBlockManager(8, 16, {}); }, "no layer groups"));
+  EXPECT_TRUE(error_contains([] { HybridBlockManager(1, 16, {full_group()}); }, "block 0 is the null block"));
+  HybridBlockManager m(8, 16, {full_group(), sliding_group(4)});
+  m.add_sequence(1);
+  EXPECT_TRUE(error_contains([&] { m.release(7); }, "release: unknown sequence 7"));
+  EXPECT_TRUE(error_contains([&] { m.fork(5, 6); }, "fork: unknown sequence 5"));
+  EXPECT_TRUE(error_contains([&] { m.fork(1, 1); }, "fork: sequence 1 already exists"));
+  EXPECT_TRUE(error_contains([&] { m.add_sequence(1); }, "add_sequence: sequence 1 already exists"));
+  EXPECT_TRUE(error_contains([&] { m.append_slots(9, 1); }, "append_slots: unknown sequence 9"));
+  EXPECT_TRUE(error_contains([&] { m.append_slots(1, -1); }, "negative token count"));
+  EXPECT_TRUE(error_contains([&] { m.step_blocks({1, 1}, {1, 1}); }, "appears twice"));
+  EXPECT_TRUE(error_contains([&] { m.take_copies(2); }, "no layer group 2"));
+  EXPECT_TRUE(error_contains([&] { m.append_slots(1, 16 * 8); }, "needs 16 more blocks, only 7 are free"));
+}
+
+}  // namespace
