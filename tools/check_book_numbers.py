@@ -4,11 +4,12 @@
 The book's measured numbers come from generated includes (bench/results/*.md, the outputs
 under book/src/generated/ and book/src/recorded/) or are typed in prose that names the
 file they come from. This check reads every paragraph of book/src/*.md that names such a
-file (bench/results/..., NOTES.md, or a benchmark's source bench/*.h|cu|cpp|py for a
-setting its comments state; a comment <!-- source: ... --> names it too) and finds each
-of its measured numbers there: a number followed by a unit (us, µs, ms, %, TB/s, GB/s,
-TFLOP/s, x, ×), both ends of a range ("57.7–60.4%"), unless it is a target or a bound
-("at least 90%", "at most 7 µs"). Arithmetic is not a measurement (`35 % 16`, `32 × 8`).
+file (bench/results/..., NOTES.md, or the source of a benchmark or of the reference,
+bench/*.h|cu|cpp|py or reference/pa_ref/*.py, for what its comments state; a comment
+<!-- source: ... --> names a file too) and finds each of its measured numbers there: a
+number followed by a unit (us, µs, ms, %, TB/s, GB/s, TFLOP/s, x, ×), both ends of a range
+("57.7–60.4%"), unless it is a target or a bound ("at least 90%", "at most 7 µs").
+Arithmetic is not a measurement (`35 % 16`, `32 × 8`).
 Thousands separators are ignored. A number worked out rather than copied (a ratio, a
 difference), a prediction, or someone else's claim says so in the prose and in an HTML
 comment in the same paragraph:
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = re.compile(r"(bench/results/[\w./-]+\.(?:md|csv)|bench/[\w-]+\.(?:h|cu|cpp|py)|NOTES\.md)")
+SOURCE = re.compile(r"(bench/results/[\w./-]+\.(?:md|csv)|bench/[\w-]+\.(?:h|cu|cpp|py)|reference/pa_ref/\w+\.py|NOTES\.md)")
 # A number with its unit. An operator between two numbers is not a unit: `35 % 16`, `32 × 8`
 # and `16 × 16` are arithmetic and shapes, not a percentage or a ratio.
 # A range ("57.7–60.4%") is two measured numbers.
