@@ -63,36 +63,27 @@ BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
 // ANCHOR_END: build_batch
 
 void BatchMetadata::validate(int num_blocks, int block_size) const {
-  PA_REQUIRE(num_seqs > 0 && max_blocks_per_seq > 0,
-             "metadata: empty batch or table (" << num_seqs << " x " << max_blocks_per_seq << ")");
-  PA_REQUIRE(block_table.size() == size_t(num_seqs) * max_blocks_per_seq,
-             "metadata: block_table has " << block_table.size() << " entries, expected "
-                                          << num_seqs << " x " << max_blocks_per_seq);
-  PA_REQUIRE(context_lens.size() == size_t(num_seqs),
-             "metadata: context_lens has " << context_lens.size() << " entries for "
-                                           << num_seqs << " sequences");
-  for (int b = 0; b < num_seqs; ++b) {
-    const int len = context_lens[size_t(b)];
-    PA_REQUIRE(len >= 0, "metadata: sequence " << b << " has a negative length " << len);
-    PA_REQUIRE(int64_t(len) <= int64_t(max_blocks_per_seq) * block_size,
-               "metadata: context_len " << len << " of sequence " << b
-                                        << " is beyond the table's capacity of "
-                                        << max_blocks_per_seq << " blocks x " << block_size);
-    for (int j = 0; j < (len + block_size - 1) / block_size; ++j) {
-      const int32_t id = block_table[size_t(b) * max_blocks_per_seq + j];
-      PA_REQUIRE(id >= 0 && id < num_blocks,
-                 "metadata: block_table[" << b << "][" << j << "] = " << id
-                                          << " is not a block of the pool (0.." << num_blocks - 1
-                                          << ")");
-    }
-  }
-  if (!query_start_loc.empty())
-    check_varlen_batch(num_seqs, query_start_loc.back(), max_blocks_per_seq, block_size, num_blocks, {},
-                       context_lens, query_start_loc, "context_len");
-  for (size_t i = 0; i < slot_mapping.size(); ++i)
-    PA_REQUIRE(slot_mapping[i] < int64_t(num_blocks) * block_size,
-               "metadata: slot_mapping[" << i << "] = " << slot_mapping[i]
-                                         << " is outside the pool");
+  // TODO(ch03, stretch): the checked mode. Throw pa::Error (PA_REQUIRE) at the first bad entry,
+  //   before any kernel can read it, and return quietly for metadata a kernel can read safely.
+  //   A kernel reads, for each sequence b < num_seqs, its context_lens[b] tokens through the
+  //   first ceil(context_lens[b] / block_size) entries of row b of block_table (the rest of
+  //   the row is padding and never read), and writes each new token at slot_mapping[i] (a
+  //   negative slot is a padding token that is skipped). The messages, in the order checked
+  //   (the tests look for these words):
+  //     "metadata: empty batch or table (<num_seqs> x <max_blocks_per_seq>)"
+  //     "metadata: block_table has <n> entries, expected <num_seqs> x <max_blocks_per_seq>"
+  //     "metadata: context_lens has <n> entries for <num_seqs> sequences"
+  //   then per sequence b, in order:
+  //     "metadata: sequence <b> has a negative length <len>"
+  //     "metadata: context_len <len> of sequence <b> is beyond the table's capacity of
+  //      <max_blocks_per_seq> blocks x <block_size>"
+  //     "metadata: block_table[<b>][<j>] = <id> is not a block of the pool (0..<num_blocks - 1>)"
+  //   then, when query_start_loc is set, check_varlen_batch's checks (varlen_checks.cpp, given:
+  //   call it with an empty block_table and the context lens), and last, per new token i:
+  //     "metadata: slot_mapping[<i>] = <slot> is outside the pool"
+  //   Checked by StretchValidate.* (tests/03-block-tables/test_stretch_validate.cpp).
+  // Given for now: no check at all (every batch passes). Replace with your checks.
+  (void)num_blocks, (void)block_size;
 }
 
 }  // namespace pa::ch03

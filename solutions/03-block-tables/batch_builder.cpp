@@ -86,6 +86,45 @@ BatchMetadata build_batch(SlotManager& manager, const std::vector<int>& seq_ids,
 // ANCHOR_END: build_batch
 
 void BatchMetadata::validate(int num_blocks, int block_size) const {
+  // TODO(ch03, stretch): the checked mode. Throw pa::Error (PA_REQUIRE) at the first bad entry,
+  //   before any kernel can read it, and return quietly for metadata a kernel can read safely.
+  //   A kernel reads, for each sequence b < num_seqs, its context_lens[b] tokens through the
+  //   first ceil(context_lens[b] / block_size) entries of row b of block_table (the rest of
+  //   the row is padding and never read), and writes each new token at slot_mapping[i] (a
+  //   negative slot is a padding token that is skipped). The messages, in the order checked
+  //   (the tests look for these words):
+  //     "metadata: empty batch or table (<num_seqs> x <max_blocks_per_seq>)"
+  //     "metadata: block_table has <n> entries, expected <num_seqs> x <max_blocks_per_seq>"
+  //     "metadata: context_lens has <n> entries for <num_seqs> sequences"
+  //   then per sequence b, in order:
+  //     "metadata: sequence <b> has a negative length <len>"
+  //     "metadata: context_len <len> of sequence <b> is beyond the table's capacity of
+  //      <max_blocks_per_seq> blocks x <block_size>"
+  //     "metadata: block_table[<b>][<j>] = <id> is not a block of the pool (0..<num_blocks - 1>)"
+  //   then, when query_start_loc is set, check_varlen_batch's checks (varlen_checks.cpp, given:
+  //   call it with an empty block_table and the context lens), and last, per new token i:
+  //     "metadata: slot_mapping[<i>] = <slot> is outside the pool"
+  //   Checked by StretchValidate.* (tests/03-block-tables/test_stretch_validate.cpp).
+  // HINT(1): Every check is a bound: find, for each array, which of its entries a kernel
+  //   really reads, and the range each of them must lie in. Capacity and slot bounds are
+  //   products that can pass 2^31: compare them in 64 bits.
+  // HINT(2): The sizes first (num_seqs and max_blocks_per_seq positive, block_table =
+  //   num_seqs * max_blocks_per_seq entries, one context_len per sequence); then per
+  //   sequence: len >= 0, len <= max_blocks_per_seq * block_size, and each of the first
+  //   (len + block_size - 1) / block_size entries of its row in 0..num_blocks - 1; then
+  //   check_varlen_batch; then each slot < num_blocks * block_size.
+  // HINT(3): PA_REQUIRE(num_seqs > 0 && max_blocks_per_seq > 0, ...); PA_REQUIRE(block_table.size()
+  //   == size_t(num_seqs) * max_blocks_per_seq, ...); PA_REQUIRE(context_lens.size() ==
+  //   size_t(num_seqs), ...); for b: len = context_lens[b]; PA_REQUIRE(len >= 0, ...);
+  //   PA_REQUIRE(int64_t(len) <= int64_t(max_blocks_per_seq) * block_size, ...); for j <
+  //   (len + block_size - 1) / block_size: id = block_table[b * max_blocks_per_seq + j],
+  //   PA_REQUIRE(id >= 0 && id < num_blocks, ...). If query_start_loc is not empty:
+  //   check_varlen_batch(num_seqs, query_start_loc.back(), max_blocks_per_seq, block_size,
+  //   num_blocks, {}, context_lens, query_start_loc, "context_len"). For i: PA_REQUIRE(
+  //   slot_mapping[i] < int64_t(num_blocks) * block_size, ...).
+  // BEGIN SOLUTION(ch03, stretch)
+  // STUB: // Given for now: no check at all (every batch passes). Replace with your checks.
+  // STUB: (void)num_blocks, (void)block_size;
   PA_REQUIRE(num_seqs > 0 && max_blocks_per_seq > 0,
              "metadata: empty batch or table (" << num_seqs << " x " << max_blocks_per_seq << ")");
   PA_REQUIRE(block_table.size() == size_t(num_seqs) * max_blocks_per_seq,
@@ -116,6 +155,7 @@ void BatchMetadata::validate(int num_blocks, int block_size) const {
     PA_REQUIRE(slot_mapping[i] < int64_t(num_blocks) * block_size,
                "metadata: slot_mapping[" << i << "] = " << slot_mapping[i]
                                          << " is outside the pool");
+  // END SOLUTION
 }
 
 }  // namespace pa::ch03

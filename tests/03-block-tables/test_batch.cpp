@@ -56,29 +56,6 @@ TEST(Batch, AFailedBuildChangesNothing) {
   EXPECT_EQ(m.length(0), 8);
 }
 
-TEST(Batch, ValidateNamesTheBadEntry) {
-  BatchMetadata md;
-  md.num_seqs = 2;
-  md.max_blocks_per_seq = 2;
-  md.block_table = {0, 1, 2, -1};
-  md.context_lens = {16, 5};
-  md.validate(4, 8);  // a good one
-  auto bad = md;
-  bad.block_table[2] = 4;
-  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "block_table[1][0] = 4 is not a block"));
-  bad = md;
-  bad.context_lens[1] = 17;
-  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); },
-                             "context_len 17 of sequence 1 is beyond"));
-  bad = md;
-  bad.context_lens[0] = -2;
-  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "negative length -2"));
-  bad = md;
-  bad.context_lens[1] = 9;  // needs the padding entry
-  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "block_table[1][1] = -1"));
-  bad = md;
-  bad.slot_mapping = {3, 32};
-  EXPECT_TRUE(error_contains([&] { bad.validate(4, 8); }, "slot_mapping[1] = 32 is outside"));
-}
+// BatchMetadata::validate is chapter 3's stretch exercise: test_stretch_validate.cpp.
 
 }  // namespace
