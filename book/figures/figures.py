@@ -27,6 +27,7 @@ from pa_ref.paged import blocks_for, token_slot  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 import style as st  # noqa: E402
+import ch12  # noqa: E402  (chapter 12's figure)
 from style import (BLUE, GREEN, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED,  # noqa: E402
                    SEQ_COLOURS, SKY)
 
@@ -1067,6 +1068,7 @@ FIGURES = {
     "mma-fragment": mma_fragment,
     "varlen-tiles": varlen_tiles,
     "varlen-plan": varlen_plan,
+    "hybrid-window": ch12.hybrid_window,  # book/figures/ch12.py
 }
 
 

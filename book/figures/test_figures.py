@@ -221,3 +221,32 @@ def test_varlen_plan(drawn):
         for c in range(grid):
             assert np.isclose(sum(b[4] for b in bars if b[0] == c), plan["loads"][c])
     assert max(after["loads"]) < 0.7 * max(before["loads"])
+
+
+def test_hybrid_window(drawn):
+    from pa_ref import hybrid
+
+    fig, info = drawn["hybrid-window"]
+    w, bs = info["window"], info["block_size"]
+    ax = fig.axes[0]
+    for r, row in enumerate(info["rows"]):
+        L = row["length"]
+        # The null cells drawn are exactly the blocks before the next query's first needed one.
+        want = list(range(min(hybrid.first_needed_block(L, w, bs), -(-L // bs))))
+        assert row["null_sliding"] == want, (L, row)
+        assert row["null_full"] == [] and 0 not in row["full"]
+        assert len(figures.tagged(ax, f"null-sliding-{r}")) == len(want)
+        assert len(figures.tagged(ax, f"null-full-{r}")) == 0
+        assert row["window"] == hybrid.visible_range(L, w)
+        held = len(row["full"]) + sum(b != 0 for b in row["sliding"])
+        assert held == hybrid.hybrid_kv_blocks(L, bs, [None, w]), (L, held)
+        # Live entries are distinct real blocks, owned by one group only.
+        live = row["full"] + [b for b in row["sliding"] if b != 0]
+        assert len(set(live)) == len(live)
+    pool = info["pool"]
+    assert pool[0] == "null" and len(figures.tagged(ax, "pool-null")) == 1
+    last = info["rows"][-1]
+    assert pool.count("full") == len(last["full"])
+    assert pool.count("sliding") == sum(b != 0 for b in last["sliding"])
+    assert pool.count("free") == info["free"] == info["num_blocks"] - 1 - pool.count("full") - pool.count("sliding")
+    assert info["reused"] is not None  # the figure's text names a block both groups held in turn
