@@ -7,6 +7,7 @@ namespace pa::ch10 {
 
 void check_shape(const VarlenShape& s) {
   PA_REQUIRE(s.num_tokens >= 0, "num_tokens must be >= 0, got " << s.num_tokens);
+  if (s.check_sizes) return s.check_sizes(s);  // a later chapter's sizes (chapter 11's latent rows)
   // The rest is chapter 4's shape: the same sizes, the same limits.
   ch04::check_shape(ch04::PagedAttentionShape{s.num_seqs, s.num_q_heads, s.num_kv_heads,
                                               s.head_size, s.block_size, s.num_blocks,

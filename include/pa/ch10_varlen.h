@@ -47,11 +47,15 @@ struct VarlenShape {
   int block_size;          // tokens per KV block: 8, 16 or 32
   int num_blocks;          // blocks in each pool
   int max_blocks_per_seq;  // the block table's width
+  // Chapter 11 plans its latent tiles with make_plan (head size 576, block size 64: sizes
+  // this chapter's kernel does not take) and checks those sizes itself: when set,
+  // check_shape calls this instead of chapter 4's size limits. nullptr: chapter 4's.
+  void (*check_sizes)(const VarlenShape&) = nullptr;
 };
 // ANCHOR_END: shape
 
 // Throws pa::Error naming the problem: an unsupported head or block size, Hq not a multiple
-// of Hkv, non-positive sizes.
+// of Hkv, non-positive sizes (the sizes by s.check_sizes when it is set).
 void check_shape(const VarlenShape& s);
 
 // The host's check of the batch before it goes to the device: query_start_loc [B + 1] starts

@@ -30,6 +30,7 @@ from .golden_ch06 import chapter_06
 from .golden_ch07 import chapter_07
 from .golden_ch08 import chapter_08
 from .golden_ch10 import chapter_10
+from .golden_ch11 import chapter_11
 from .golden_ch12 import chapter_12
 from .golden_io import TOLERANCES, case_seed, write_case
 from .memory import GIB, KVConfig, dense_memory_report
@@ -187,6 +188,7 @@ CHAPTERS = {
     7: chapter_07,  # copy-on-write
     8: chapter_08,  # prefill attention over paged KV (the serving loop)
     10: chapter_10,  # varlen paged attention over a ragged batch
+    11: chapter_11,  # the latent KV cache of MLA and its absorbed decode
     12: chapter_12,  # hybrid models: the blocks a sliding window still needs
 }
 

@@ -1,0 +1,188 @@
+// Chapter 11: the latent KV cache of multi-head latent attention (MLA), paged.
+//
+// DeepSeek-V2/V3 and Kimi K2 cache, per token and layer, no K and V per head but one
+// compressed latent c_kv (kLatentDim = 512 wide) and one decoupled RoPE key k_rope
+// (kRopeDim = 64 wide), shared by every query head: a latent row of kRowWidth = 576
+// values. Paged, the cache is one pool of blocks, each holding block_size tokens' rows:
+//   latent_pool: [num_blocks, block_size, 576]    row = [c_kv (512) | k_rope (64)]
+// A token's place is its slot, as in chapter 2: slot = block_id * block_size + offset.
+//
+// Serving absorbs the up-projections into the query (reference/pa_ref/mla.py shows it
+// equals decompressing K and V per head): q_abs = [q_nope W_UK^T | q_rope], 576 wide,
+// and then decode is multi-query attention (MQA) of h_q heads over the latent rows:
+//   scores  q_abs . row            (all 576 columns: the latent and the RoPE part)
+//   out     softmax(scores) . row[0:512]
+// The value is the first 512 columns of the very rows the keys are: one load serves both
+// products. The output stays in latent space (its W_UV comes after, outside the kernel).
+//
+// The batch is chapter 10's: q, out stacked [num_tokens, h_q, 576 / 512]; sequence b's new
+// tokens are rows query_start_loc[b] .. query_start_loc[b + 1] - 1 (0 to 4 of them: decode,
+// or multi-token prediction / speculative verification), the last of its seq_lens[b]
+// tokens, each attending causally. Split-KV is planned by chapter 10's planner (make_plan)
+// and merged by log-sum-exp in the same launch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pa/backend.h"
+#include "pa/ch10_varlen.h"
+#include "pa/check.h"
+#include "pa/device_buffer.h"
+#include "pa/dtype.h"
+#include "pa/trace.h"
+
+namespace pa::ch11 {
+
+// ANCHOR: widths
+inline constexpr int kLatentDim = 512;                  // d_c: the compressed latent, c_kv
+inline constexpr int kRopeDim = 64;                     // d_r: the decoupled RoPE key, k_rope
+inline constexpr int kRowWidth = kLatentDim + kRopeDim;  // 576: one cached row per token
+inline constexpr int kMaxQHeads = 128;                  // h_q: DeepSeek-V3's heads on one GPU
+inline constexpr int kMaxNewTokens = 4;                 // s_q: new tokens a sequence may bring
+// ANCHOR_END: widths
+
+// ---- The paged latent cache -------------------------------------------------------------
+
+// ANCHOR: pool_shape
+struct LatentPoolShape {
+  int num_blocks;          // blocks in the pool (one pool per layer)
+  int block_size;          // tokens per block: 16, 32 or 64 (64 is FlashMLA's)
+  int latent_dim = kLatentDim;  // c_kv's width: must be 512
+  int rope_dim = kRopeDim;      // k_rope's width: must be 64
+};
+// ANCHOR_END: pool_shape
+
+// Throws pa::Error for a block size other than 16, 32 or 64 ("block_size 8 is not
+// supported (16, 32 or 64)"), a non-positive num_blocks, or widths other than 512 and 64
+// ("a latent row is c_kv 512 + k_rope 64 = 576 wide, got 512 + 32").
+void check_latent_pool(const LatentPoolShape& s);
+
+// Elements of one pool: num_blocks * block_size * 576 (64-bit).
+inline int64_t latent_pool_elems(const LatentPoolShape& s) {
+  return int64_t(s.num_blocks) * s.block_size * kRowWidth;
+}
+
+// ANCHOR: writer
+// The latent writer, chapter 2's reshape_and_cache for the latent:
+//   c_kv [num_tokens, 512], k_rope [num_tokens, 64], slot_mapping [num_tokens] (int64).
+// Token i's row [c_kv[i] | k_rope[i]] goes to slot slot_mapping[i] of latent_pool;
+// slot_mapping[i] < 0 is a padding token, skipped. No other slot changes. Device pointers;
+// slots must be < num_blocks * block_size (the block manager hands them out).
+template <typename T>
+void reshape_and_cache_latent(const LatentPoolShape& s, const T* c_kv, const T* k_rope,
+                              int num_tokens, T* latent_pool, const int64_t* slot_mapping,
+                              cudaStream_t stream = nullptr);
+// ANCHOR_END: writer
+
+// ---- What a token costs: the memory accounting against chapter 1 ------------------------
+
+// ANCHOR: memory
+// One cache's bill for chapter 1's trace, in a paged pool of `block_size` tokens a block
+// (chapter 3): a request of t tokens holds ceil(t / block_size) blocks of every layer.
+struct CacheCost {
+  int64_t bytes_per_token_layer;  // what one token costs in one layer
+  int64_t bytes_per_token;        // in every layer
+  int64_t blocks_in_budget;       // whole blocks (every layer's) the budget holds: rounded down
+  int64_t seqs_in_budget;         // (budget * n) / (sum(ceil(t / bs)) * bs * bytes_per_token),
+                                  //   rounded down: average requests that fit (chapter 3's)
+};
+
+// Bytes one token's latent row costs in one layer: (512 + 64) * dtype_bytes (1,152 in
+// bf16). One row for every head: MLA has no per-head K or V.
+int64_t latent_bytes_per_token_layer(int dtype_bytes = 2);
+
+// The bill of the latent cache (num_layers layers of latent rows in dtype_bytes), on the
+// trace, in a budget of budget_bytes. Throws for an empty trace, a non-positive
+// block_size, num_layers, dtype_bytes or budget (the message names which).
+CacheCost latent_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size,
+                            int dtype_bytes, int64_t budget_bytes);
+
+// The same bill for chapter 1's K/V cache of `cfg` (GQA or MHA; cfg.num_layers layers):
+// chapter 3's paged_memory_report underneath, so the two chapters cannot disagree.
+CacheCost kv_cache_cost(const std::vector<Request>& trace, const KVConfig& cfg, int block_size,
+                        int64_t budget_bytes);
+
+// The chapter's table: MLA (DeepSeek-V3's 61 layers of latent rows), GQA with 8 KV heads
+// of 128 and MHA with 128 heads of 128 (the same 61 layers), bf16, on the trace.
+struct MlaMemoryReport {
+  CacheCost mla, gqa, mha;
+};
+MlaMemoryReport mla_memory_report(const std::vector<Request>& trace, int block_size,
+                                  int64_t budget_bytes, int num_layers = 61);
+// ANCHOR_END: memory
+
+// ---- The absorbed decode kernel -----------------------------------------------------------
+
+// ANCHOR: shape
+struct MlaShape {
+  int num_seqs;            // B
+  int num_tokens;          // new tokens of the whole batch: rows of q and out
+  int num_q_heads;         // h_q: 1 .. 128 (all share the one latent row: MQA)
+  int block_size;          // 16, 32 or 64
+  int num_blocks;          // blocks in the latent pool
+  int max_blocks_per_seq;  // the block table's width
+  int qk_head_size = kRowWidth;   // q's width: must be 576 (the absorbed query)
+  int v_head_size = kLatentDim;   // out's width: must be 512 (the latent-space output)
+};
+// ANCHOR_END: shape
+
+// Throws pa::Error naming the problem. Wordings the tests check:
+//   "num_q_heads 256 is not supported (1 to 128)"
+//   "qk_head_size 512 is not supported: the absorbed query is 576 wide (c_kv 512 + k_rope 64)"
+//   "v_head_size 576 is not supported: the output is the latent part, 512 wide"
+//   "block_size 8 is not supported (16, 32 or 64)"
+void check_mla_shape(const MlaShape& s);
+
+// The host's check of a batch: chapter 3's varlen checks (query_start_loc, seq_lens, the
+// table's capacity, block ids in the pool when block_table is not empty), and at most 4
+// new tokens a sequence: "sequence 2 has 5 new tokens; the MLA decode kernel takes 0 to 4".
+void check_mla_metadata(const MlaShape& s, const std::vector<int>& block_table,
+                        const std::vector<int>& seq_lens, const std::vector<int>& query_start_loc);
+
+// The shape chapter 10's planner plans with: one KV head (MQA), G = h_q query heads per
+// row tile's token, head size 576, and this chapter's check of its sizes (check_sizes):
+// rows are chapter 10's, row = i * h_q + h for new token i and head h, tiles of 64.
+ch10::VarlenShape planning_shape(const MlaShape& s);
+
+// Plan once per step (chapter 10's make_plan), run once per layer.
+class MlaDecode {
+ public:
+  // chunk_tokens as in ch10::make_plan (0: sized per tile; > 0 forces splits); grid = 0:
+  // one wave of the kernel on this device.
+  void plan(const MlaShape& s, DType dtype, const std::vector<int>& seq_lens,
+            const std::vector<int>& query_start_loc, int chunk_tokens = 0, int grid = 0,
+            cudaStream_t stream = nullptr);
+
+  // out [num_tokens, h_q, 512] = absorbed attention of q [num_tokens, h_q, 576] over the
+  // latent pool [num_blocks, block_size, 576]. Device pointers; seq_lens and
+  // query_start_loc hold on the device what plan() was given. scale: the decompressed
+  // head's, 1 / sqrt(d_nope + d_rope) (1 / sqrt(192) for DeepSeek-V3).
+  template <typename T>
+  void run(T* out, const T* q, const T* latent_pool, const int* block_table, const int* seq_lens,
+           const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
+
+  const ch10::Plan& host_plan() const { return plan_; }
+  void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
+
+ private:
+  ch10::Plan plan_;
+  MlaShape shape_{};
+  DType dtype_ = DType::fp16;
+  bool planned_ = false;
+  int rounds_ = 0;
+  DeviceBuffer<ch10::WorkItem> items_;
+  DeviceBuffer<int> counters_;
+  DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
+};
+
+// Thread blocks of one wave of the MLA kernel (resident blocks per SM x SMs; the CPU
+// emulator: 4 per worker thread, as chapter 10).
+int mla_wave_size(DType dtype);
+
+// The kernel's tile, for tests and the book.
+inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
+inline constexpr int kStageTokens = 32;            // latent rows a pipeline stage holds
+inline constexpr int kWarps = 8;                   // 4 row groups x 2 column halves
+
+}  // namespace pa::ch11

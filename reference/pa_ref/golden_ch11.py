@@ -1,0 +1,168 @@
+"""Chapter 11's golden cases: the paged latent cache of MLA and its absorbed decode.
+
+mla_<dtype>_h<H>_bs<BS>_<tag>/ (the absorbed decode, mla.paged_mla_decode) holds
+  q               float32 [T, H, 576]   absorbed queries, N(0,1) rounded to dtype
+  latent_pool     float32 [num_blocks, BS, 576]  rows [c_kv | k_rope]; NaN in every
+                                        slot no sequence holds (past its end, unowned blocks)
+  block_table     int32   [B, M]        permuted physical ids, -1 padding
+  seq_lens        int32   [B]           cached tokens, the new ones included
+  query_start_loc int32   [B + 1]       new tokens of sequence b: rows qsl[b] .. qsl[b+1]-1
+  scale           float64 0-d           1 / sqrt(192) (DeepSeek-V3's d_nope 128 + d_r 64)
+  expected        float64 [T, H, 512]   the latent-space output
+case.txt: dtype, heads, block_size, chunk_tokens (0: the planner's own chunks; > 0: forced
+splits), grid (thread blocks the test plans for; 0: one wave), note.
+
+writer_<dtype>_bs<BS>/ (the latent writer, mla.reshape_and_cache_latent):
+  c_kv [T, 512], k_rope [T, 64] (float32, exact in dtype), slot_mapping int64 [T] (-1: padding;
+  slot 0 and the pool's last slot included), expected float32 [num_blocks, BS, 576]: the pool
+  after the write, NaN in every element that must stay untouched.
+
+naive_<dtype>/ (absorbed == naive, through the kernel): one sequence at DeepSeek's widths,
+  q_abs = mla.absorb_query(q_nope, q_rope, W_UK) rounded to dtype as `q`, the pool as above,
+  w_uv float64 [H, 512, d_v], expected_naive float64 [S, H, d_v] = mla.mla_naive(...) of the
+  unrounded inputs. The test multiplies the kernel's latent output by W_UV.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import mla
+from .dtypes import round_to
+from .golden_io import case_seed, write_case
+from .paged import blocks_for
+
+SCALE = float(mla.mla_scale(128, mla.D_ROPE))  # 1 / sqrt(192)
+WIDTH = mla.D_C + mla.D_ROPE
+
+
+@dataclass(frozen=True)
+class MlaCase:
+    name: str
+    dtype: str
+    heads: int
+    block_size: int
+    seq_lens: tuple
+    new_lens: tuple
+    note: str
+    chunk_tokens: int = 0
+    grid: int = 0
+
+    @property
+    def num_blocks(self):
+        return sum(blocks_for(n, self.block_size) for n in self.seq_lens) + 3
+
+
+C = MlaCase
+
+# Small for the CPU emulator: h_q * s_q rows of 576-wide dot products per cached token.
+CH11_MLA = [
+    C("mla_fp16_h16_bs16_decode_edges", "fp16", 16, 16, (1, 15, 16, 17, 40), (1, 1, 1, 1, 1),
+      "decodes at lengths 1, 15, 16, 17 and 40: one token, both sides of a block edge, a stage edge"),
+    C("mla_bf16_h16_bs64_mtp", "bf16", 16, 64, (2, 63, 64, 65, 130), (2, 2, 1, 2, 2),
+      "bf16, FlashMLA's 64-token blocks, two new tokens (multi-token prediction) at block edges"),
+    C("mla_fp16_h64_bs32_s4", "fp16", 64, 32, (4, 31, 33, 100), (4, 3, 4, 4),
+      "64 heads (Kimi K2), up to 4 new tokens: 4 x 64 rows, four tiles a sequence"),
+    C("mla_bf16_h128_bs64_s1", "bf16", 128, 64, (1, 64, 200), (1, 1, 1),
+      "DeepSeek-V3's 128 heads on one GPU: two 64-row tiles per decode"),
+    C("mla_fp16_h128_bs16_s2", "fp16", 128, 16, (2, 50), (2, 2),
+      "128 heads, two new tokens: tile 2 is token 1's first 64 heads"),
+    C("mla_fp16_h128_bs32_s4", "fp16", 128, 32, (5, 70), (4, 4),
+      "128 heads, 4 new tokens: 512 rows, eight tiles a sequence"),
+    C("mla_bf16_h16_bs64_long", "bf16", 16, 64, (1000, 3), (2, 1),
+      "a long sequence beside a short one; the planner splits it across a small grid", grid=8),
+    C("mla_fp16_h64_bs16_split", "fp16", 64, 16, (300, 129, 65), (1, 4, 2),
+      "forced splits of 64 tokens: chunk ends inside a tile's rows' futures", chunk_tokens=64),
+    C("mla_bf16_h128_bs32_split", "bf16", 128, 32, (300,), (2,),
+      "128 heads x 2 tokens, five chunks of 64 merged by log-sum-exp", chunk_tokens=64),
+    C("mla_fp16_h16_bs32_some_idle", "fp16", 16, 32, (10, 20, 5, 33), (0, 1, 0, 3),
+      "sequences with no new token (no rows) beside ones with 1 and 3"),
+    C("mla_fp16_h8_bs16_small_group", "fp16", 8, 16, (7, 16, 48), (1, 1, 1),
+      "8 heads: chapter 10's 8-row decode tiles"),
+]
+
+
+def latent_pool_for(rng, case_seqs, block_size, num_blocks, dtype):
+    """A block table and a latent pool: sequence b's rows in permuted blocks, NaN elsewhere.
+    Returns (block_table, pool, dense rows per sequence)."""
+    needed = [blocks_for(n, block_size) for n in case_seqs]
+    width = max(1, max(needed) + 1)
+    ids = rng.permutation(num_blocks)
+    table = np.full((len(case_seqs), width), -1, dtype=np.int32)
+    pool = np.full((num_blocks, block_size, WIDTH), np.nan)
+    dense, at = [], 0
+    for b, n in enumerate(case_seqs):
+        table[b, :needed[b]] = ids[at:at + needed[b]]
+        at += needed[b]
+        c_kv = round_to(rng.standard_normal((n, mla.D_C)), dtype)
+        k_rope = round_to(rng.standard_normal((n, mla.D_ROPE)), dtype)
+        slots = [int(table[b, p // block_size]) * block_size + p % block_size for p in range(n)]
+        mla.reshape_and_cache_latent(c_kv, k_rope, pool, slots)
+        dense.append(np.concatenate([c_kv, k_rope], axis=1))
+    return table, pool, dense
+
+
+def write_mla_case(out_dir, case):
+    rng = np.random.default_rng(case_seed(case.name))
+    table, pool, _ = latent_pool_for(rng, case.seq_lens, case.block_size, case.num_blocks, case.dtype)
+    qsl = np.concatenate([[0], np.cumsum(case.new_lens)]).astype(np.int32)
+    q = round_to(rng.standard_normal((int(qsl[-1]), case.heads, WIDTH)), case.dtype)
+    expected = mla.paged_mla_decode(q, pool, table, case.seq_lens, qsl, SCALE, mla.D_C)
+    write_case(out_dir / case.name, {
+        "q": q.astype(np.float32), "latent_pool": pool.astype(np.float32), "block_table": table,
+        "seq_lens": np.array(case.seq_lens, dtype=np.int32), "query_start_loc": qsl,
+        "scale": np.array(SCALE), "expected": expected,
+    }, {"dtype": case.dtype, "heads": case.heads, "block_size": case.block_size,
+        "chunk_tokens": case.chunk_tokens, "grid": case.grid, "note": case.note.replace(" ", "_")})
+
+
+def write_writer_case(out_dir, dtype, block_size):
+    name = f"writer_{dtype}_bs{block_size}"
+    rng = np.random.default_rng(case_seed(name))
+    num_blocks = 4
+    slots = rng.permutation(num_blocks * block_size)[:2 * block_size + 3].astype(np.int64)
+    slots[0], slots[1] = 0, num_blocks * block_size - 1   # the first and the last slot
+    slots[[5, 9]] = -1                                     # padding tokens
+    n = len(slots)
+    c_kv = round_to(rng.standard_normal((n, mla.D_C)), dtype)
+    k_rope = round_to(rng.standard_normal((n, mla.D_ROPE)), dtype)
+    expected = np.full((num_blocks, block_size, WIDTH), np.nan)
+    mla.reshape_and_cache_latent(c_kv, k_rope, expected, slots)
+    write_case(out_dir / name, {
+        "c_kv": c_kv.astype(np.float32), "k_rope": k_rope.astype(np.float32), "slot_mapping": slots,
+        "expected": expected.astype(np.float32),
+    }, {"dtype": dtype, "block_size": block_size, "num_blocks": num_blocks})
+
+
+def write_naive_case(out_dir, dtype):
+    name = f"naive_{dtype}"
+    rng = np.random.default_rng(case_seed(name))
+    heads, d_nope, d_v, length, new, block_size = 16, 128, 128, 40, 2, 16
+    q_nope = rng.standard_normal((new, heads, d_nope))
+    q_rope = rng.standard_normal((new, heads, mla.D_ROPE))
+    c_kv = round_to(rng.standard_normal((length, mla.D_C)), dtype)
+    k_rope = round_to(rng.standard_normal((length, mla.D_ROPE)), dtype)
+    w_uk = rng.standard_normal((heads, mla.D_C, d_nope)) / np.sqrt(d_nope)
+    w_uv = rng.standard_normal((heads, mla.D_C, d_v)) / np.sqrt(mla.D_C)
+    q = round_to(mla.absorb_query(q_nope, q_rope, w_uk), dtype)
+    num_blocks = blocks_for(length, block_size) + 2
+    table = np.full((1, blocks_for(length, block_size) + 1), -1, dtype=np.int32)
+    table[0, :blocks_for(length, block_size)] = rng.permutation(num_blocks)[:blocks_for(length, block_size)]
+    pool = np.full((num_blocks, block_size, WIDTH), np.nan)
+    mla.reshape_and_cache_latent(c_kv, k_rope, pool,
+                                 [int(table[0, p // block_size]) * block_size + p % block_size for p in range(length)])
+    naive = mla.mla_naive(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv)
+    write_case(out_dir / name, {
+        "q": q.astype(np.float32), "latent_pool": pool.astype(np.float32), "block_table": table,
+        "seq_lens": np.array([length], dtype=np.int32), "query_start_loc": np.array([0, new], dtype=np.int32),
+        "scale": np.array(float(mla.mla_scale(d_nope, mla.D_ROPE))), "w_uv": w_uv, "expected_naive": naive,
+    }, {"dtype": dtype, "heads": heads, "block_size": block_size, "d_v": d_v})
+
+
+def chapter_11(out_dir):
+    for case in CH11_MLA:
+        write_mla_case(out_dir, case)
+    for dtype in ("fp16", "bf16"):
+        for block_size in (16, 32, 64):
+            write_writer_case(out_dir, dtype, block_size)
+        write_naive_case(out_dir, dtype)

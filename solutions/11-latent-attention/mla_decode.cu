@@ -1,0 +1,118 @@
+// Chapter 11: plan() and run() of the absorbed MLA decode: chapter 10's planner, this
+// chapter's kernel (mla_kernel.cuh).
+#include <algorithm>
+#include <type_traits>
+
+#include "mla_kernel.cuh"
+#include "pa/launch.h"
+
+namespace pa::ch11 {
+
+namespace {
+
+// The kernel for T, its dynamic shared memory opted in (it is above 48 KB).
+template <typename T>
+auto kernel_for() {
+  const auto kernel = mla_decode_kernel<T>;
+  PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+  return kernel;
+}
+
+template <typename T>
+int wave_of() {
+  const auto kernel = kernel_for<T>();
+  int sms = 0, per_sm = 4;  // the emulator has no occupancy: 4 per "SM" (worker), as chapter 10
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#if !defined(PA_BACKEND_CPU)
+  PA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes));
+#else
+  (void)kernel;
+#endif
+  return std::max(1, sms) * std::max(1, per_sm);
+}
+
+void check_dtype(DType dtype) {
+  PA_REQUIRE(dtype == DType::fp16 || dtype == DType::bf16,
+             "the MLA decode kernel takes half or bf16 queries, cache and outputs, not " << dtype_name(dtype));
+}
+
+// Grows a device buffer to hold at least n (never shrinks: addresses stay for a captured graph).
+template <typename U>
+void reserve(DeviceBuffer<U>& buf, size_t n, int fill_byte) {
+  if (buf.size() >= n && buf.size() > 0) return;
+  buf = DeviceBuffer<U>(std::max<size_t>(n, 1));
+  buf.fill_bytes(fill_byte);
+}
+
+}  // namespace
+
+int mla_wave_size(DType dtype) {
+  check_dtype(dtype);
+  return dtype == DType::fp16 ? wave_of<half>() : wave_of<bf16>();
+}
+
+// ANCHOR: plan
+void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq_lens,
+                     const std::vector<int>& query_start_loc, int chunk_tokens, int grid,
+                     cudaStream_t stream) {
+  planned_ = false;
+  check_dtype(dtype);
+  check_mla_metadata(s, {}, seq_lens, query_start_loc);
+  const int g = grid > 0 ? grid : mla_wave_size(dtype);
+  // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
+  plan_ = ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens);
+  shape_ = s;
+  dtype_ = dtype;
+  // The device's layout: item k of thread block c at [k * grid + c], empty places seq -1.
+  rounds_ = 0;
+  for (int c = 0; c < g; ++c)
+    rounds_ = std::max(rounds_, plan_.cta_start[size_t(c) + 1] - plan_.cta_start[size_t(c)]);
+  std::vector<ch10::WorkItem> by_rounds(size_t(rounds_) * size_t(g),
+                                        ch10::WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
+  for (int c = 0; c < g; ++c)
+    for (int i = plan_.cta_start[size_t(c)]; i < plan_.cta_start[size_t(c) + 1]; ++i)
+      by_rounds[size_t(i - plan_.cta_start[size_t(c)]) * size_t(g) + size_t(c)] = plan_.items[size_t(i)];
+  reserve(items_, by_rounds.size(), 0);
+  reserve(counters_, size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
+  const size_t rows = size_t(plan_.partial_rows);
+  reserve(max_logits_, rows, 0xff);
+  reserve(exp_sums_, rows, 0xff);
+  reserve(partial_out_, rows * size_t(kLatentDim), 0xff);
+  if (!by_rounds.empty())
+    PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds.data(), by_rounds.size() * sizeof(ch10::WorkItem),
+                                  cudaMemcpyHostToDevice, stream));
+  planned_ = true;
+}
+// ANCHOR_END: plan
+
+void MlaDecode::poison_workspace() {
+  max_logits_.fill_bytes(0xff);
+  exp_sums_.fill_bytes(0xff);
+  partial_out_.fill_bytes(0xff);
+}
+
+template <typename T>
+void MlaDecode::run(T* out, const T* q, const T* latent_pool, const int* block_table,
+                    const int* seq_lens, const int* query_start_loc, float scale,
+                    cudaStream_t stream) {
+  static_assert(std::is_same<T, half>::value || std::is_same<T, bf16>::value,
+                "the MLA decode kernel takes half or bf16");
+  PA_REQUIRE(planned_, "MlaDecode: run() before plan(): plan the step first");
+  PA_REQUIRE(dtype_ == dtype_of<T>(), "MlaDecode: planned for " << dtype_name(dtype_) << ", run with "
+                                                                << dtype_name(dtype_of<T>()));
+  if (plan_.items.empty()) return;  // no new tokens at all
+  const MlaArgs<T> a{out, q, latent_pool, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
+                     max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
+                     shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
+  pa::launch(kernel_for<T>(), dim3(plan_.grid), dim3(kThreads), kSmemBytes, stream, a);
+}
+
+#define PA_INSTANTIATE(T)                                                                     \
+  template void MlaDecode::run<T>(T*, const T*, const T*, const int*, const int*, const int*, \
+                                  float, cudaStream_t);
+PA_INSTANTIATE(half)
+PA_INSTANTIATE(bf16)
+#undef PA_INSTANTIATE
+
+}  // namespace pa::ch11

@@ -1,0 +1,90 @@
+// Chapter 11: bad input gets a clear error before anything reaches the device.
+#include <gtest/gtest.h>
+
+#include "compare.h"
+#include "pa/ch11_mla.h"
+
+namespace pa::test {
+namespace {
+
+ch11::MlaShape good() { return ch11::MlaShape{2, 3, 16, 64, 8, 4}; }
+
+void plan(const ch11::MlaShape& s, std::vector<int> seq_lens, std::vector<int> qsl) {
+  ch11::MlaDecode m;
+  m.plan(s, DType::fp16, seq_lens, qsl, 0, 4);
+}
+
+TEST(MlaErrors, TooManyHeads) {
+  auto s = good();
+  s.num_q_heads = 256;
+  EXPECT_TRUE(error_contains([&] { ch11::check_mla_shape(s); }, "num_q_heads 256 is not supported (1 to 128)"));
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1, 3}); }, "num_q_heads 256 is not supported (1 to 128)"));
+}
+
+TEST(MlaErrors, WrongWidths) {
+  auto s = good();
+  s.qk_head_size = 512;
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1, 3}); },
+                             "qk_head_size 512 is not supported: the absorbed query is 576 wide (c_kv 512 + k_rope 64)"));
+  s = good();
+  s.v_head_size = 576;
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1, 3}); },
+                             "v_head_size 576 is not supported: the output is the latent part, 512 wide"));
+  EXPECT_TRUE(error_contains([&] { ch11::check_latent_pool(ch11::LatentPoolShape{8, 64, 512, 128}); },
+                             "a latent row is c_kv 512 + k_rope 64 = 576 wide, got 512 + 128"));
+}
+
+TEST(MlaErrors, BlockSize) {
+  auto s = good();
+  s.block_size = 8;
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1, 3}); }, "block_size 8 is not supported (16, 32 or 64)"));
+  s.block_size = 128;
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1, 3}); }, "block_size 128 is not supported (16, 32 or 64)"));
+}
+
+TEST(MlaErrors, TooManyNewTokens) {
+  auto s = good();
+  s.num_tokens = 7;
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 2, 7}); },
+                             "sequence 1 has 5 new tokens; the MLA decode kernel takes 0 to 4"));
+  s.num_tokens = 6;  // 4 is the most, and allowed
+  EXPECT_NO_THROW(plan(s, {5, 9}, {0, 2, 6}));
+}
+
+TEST(MlaErrors, QueryStartLocMustMatch) {
+  auto s = good();
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1, 4}); }, "query_start_loc ends at 4, but num_tokens is 3"));
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 9}, {0, 1}); }, "query_start_loc has 2 entries, want num_seqs + 1 = 3"));
+  EXPECT_TRUE(error_contains([&] { plan(s, {5, 300}, {0, 1, 3}); }, "beyond the table's capacity"));
+}
+
+TEST(MlaErrors, DtypeAndOrder) {
+  ch11::MlaDecode m;
+  EXPECT_TRUE(error_contains([&] { m.plan(good(), DType::fp32, {5, 9}, {0, 1, 3}); }, "half or bf16"));
+  DeviceBuffer<half> buf(16);
+  EXPECT_TRUE(error_contains([&] { m.run<half>(buf.get(), buf.get(), buf.get(), nullptr, nullptr, nullptr, 1.f); },
+                             "run() before plan()"));
+}
+
+// The planning shape is chapter 10's, honestly: one KV head, head size 576; chapter 10's
+// own check of sizes would refuse it, this chapter's accepts it.
+TEST(MlaPlan, PlansWithChapter10sPlanner) {
+  const auto v = ch11::planning_shape(good());
+  EXPECT_EQ(v.num_kv_heads, 1);
+  EXPECT_EQ(v.head_size, 576);
+  EXPECT_NO_THROW(ch10::check_shape(v));
+  auto plain = v;
+  plain.check_sizes = nullptr;
+  EXPECT_TRUE(error_contains([&] { ch10::check_shape(plain); }, "head_size 576 is not supported"));
+  // 16 heads x 2 new tokens = 32 rows: one tile; 128 heads x 3 tokens = 384 rows: six.
+  auto s = good();
+  const ch10::Plan p = ch10::make_plan(ch11::planning_shape(s), {5, 9}, {0, 1, 3}, 4);
+  EXPECT_EQ(p.items.size(), 2u);
+  s.num_q_heads = 128;
+  s.num_tokens = 4;
+  const ch10::Plan p2 = ch10::make_plan(ch11::planning_shape(s), {5, 9}, {0, 1, 4}, 4);
+  EXPECT_EQ(p2.items.size(), 2u + 6u);
+}
+
+}  // namespace
+}  // namespace pa::test
