@@ -170,10 +170,12 @@ def configure(tree, build_dir, mode, python, opt, log):
            f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG"]
     if mode == "check":
         cmd.append("-DPA_EMU_CHECK=ON")
+    fresh = not (build_dir / "CMakeCache.txt").is_file()
     r = subprocess.run(cmd, capture_output=True, text=True)
     log.write_text(r.stdout + r.stderr)
     if r.returncode != 0:
-        shutil.rmtree(build_dir, ignore_errors=True)
+        if fresh:  # a half-made first configure; an earlier good build is kept (its objects)
+            shutil.rmtree(build_dir, ignore_errors=True)
         sys.exit(f"run_mutants: cmake failed for the {mode} build (log: {log})\n"
                  + (r.stdout + r.stderr)[-3000:])
 
@@ -197,8 +199,8 @@ def build(build_dir, targets, jobs):
     return r.returncode, r.stdout + r.stderr
 
 
-def run_test(binary, mut, timeout, tool=None):
-    cmd = [str(binary), "--gtest_brief=1"]
+def run_test(binary, mut, timeout, tool=None, fail_fast=False):
+    cmd = [str(binary), "--gtest_brief=1"] + (["--gtest_fail_fast"] if fail_fast else [])
     if tool:  # compute-sanitizer on the GPU: memcheck, racecheck or initcheck
         cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99",
                "--print-limit", "4"] + (["--racecheck-report", "all"] if tool == "racecheck" else []) + cmd
@@ -250,11 +252,16 @@ def main():
     args = ap.parse_args()
 
     suites = ["kernel", "exercise"] if args.suite == "all" else [args.suite]
-    try:
-        mutants = [parse_mutant(p, suite) for suite in suites
-                   for p in sorted(SUITES[suite].glob("*.mutant"))]
-    except MutantError as e:
-        sys.exit(f"run_mutants: {e}")
+    mutants = []
+    for suite in suites:
+        for p in sorted(SUITES[suite].glob("*.mutant")):
+            try:
+                mutants.append(parse_mutant(p, suite))
+            except MutantError as e:
+                # A broken file stops the run, unless names were given that leave it out.
+                if not args.names or any(p.stem == n or p.stem.startswith(n) for n in args.names):
+                    sys.exit(f"run_mutants: {e}")
+                print(f"run_mutants: warning (not selected): {e}", file=sys.stderr)
     if args.suite == "exercise" and args.mode == "check":
         sys.exit("run_mutants: exercise mutants run on the plain emulator (no --mode check)")
     if args.names:
@@ -345,9 +352,16 @@ def main():
                 status = "BUILD FAILED"
                 out = bout
             else:
-                code, out, timed_out = run_test(bdir / target, m, args.timeout)
+                # First up to the first failing test (--gtest_fail_fast): most mutants are
+                # caught and named there. Only when that output does not match every
+                # `expect` do all the filter's tests run, as before.
+                code, out, timed_out = run_test(bdir / target, m, args.timeout, fail_fast=True)
                 caught = timed_out or code != 0
                 missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
+                if caught and missing and not timed_out:
+                    code, out, timed_out = run_test(bdir / target, m, args.timeout)
+                    caught = timed_out or code != 0
+                    missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
         secs = time.time() - start
         named = not missing and not status
         ok = caught and named

@@ -40,6 +40,20 @@ TEST(MemoryReport, HandExample) {
   EXPECT_EQ(rep.ideal_seqs_in_budget, 16);  // 100 / (3 tokens * 2 bytes)
 }
 
+// The counts are rounded down (a budget that is not a multiple), and exact in integers for
+// a budget so large that budget * n passes 2^63 (and a double, 2^53).
+TEST(MemoryReport, CountsRoundDownAndNeverOverflow) {
+  pa::KVConfig cfg{1, 1, 1, 1, 10};  // 2 bytes per token; a dense sequence reserves 20 bytes
+  const std::vector<pa::Request> trace = {{3, 2}, {1, 0}};  // 6 tokens, mean 3
+  for (const int64_t budget : {int64_t(99), int64_t(1) << 62}) {
+    SCOPED_TRACE("budget " + std::to_string(budget) + " bytes");
+    const auto rep = pa::ch01::dense_memory_report(trace, cfg, budget);
+    // 99 / 20 = 4.95 and 99 / (3 * 2) = 16.5; 2^62 / 20 and 2^62 * 2 / 12, worked in Python.
+    EXPECT_EQ(rep.dense_seqs_in_budget, budget == 99 ? 4 : int64_t(230584300921369395));
+    EXPECT_EQ(rep.ideal_seqs_in_budget, budget == 99 ? 16 : int64_t(768614336404564650));
+  }
+}
+
 TEST(MemoryReport, RequestLongerThanTheContextIsAnError) {
   pa::KVConfig cfg;
   EXPECT_THROW(pa::ch01::dense_memory_report({{2000, 100}}, cfg, 1 << 30), pa::Error);

@@ -42,6 +42,9 @@ TEST(Allocator, StatsTrackUsedFreeAndHighWater) {
   EXPECT_EQ(a.high_water(), 3);
   EXPECT_TRUE(a.is_allocated(b2));
   EXPECT_FALSE(a.is_allocated(b0));
+  a.allocate();  // 2 in use again: the mark stays at the peak, 3
+  EXPECT_EQ(a.num_used(), 2);
+  EXPECT_EQ(a.high_water(), 3) << "high_water() is the largest num_used() ever reached, not the current count";
 }
 
 TEST(Allocator, RunningOutIsACatchableErrorAndChangesNothing) {
