@@ -7,9 +7,16 @@ file they come from. This check reads every paragraph of book/src/*.md that name
 file (bench/results/..., NOTES.md, or the source of a benchmark or of the reference,
 bench/*.h|cu|cpp|py or reference/pa_ref/*.py, for what its comments state; a comment
 <!-- source: ... --> names a file too) and finds each of its measured numbers there: a
-number followed by a unit (us, µs, ms, %, TB/s, GB/s, TFLOP/s, x, ×), both ends of a range
-("57.7–60.4%"), unless it is a target or a bound ("at least 90%", "at most 7 µs").
+number followed by a unit (us, µs, ms, %, TB/s, GB/s, TFLOP/s, x, ×, and "times": a ratio
+is measured whether it is written 2.43× or 2.43 times), both ends of a range ("57.7–60.4%",
+"from 102 to 71 µs"), every number of a list that ends in one ("1.18, 1.14 and 1.07
+times"), unless it is a target or a bound ("at least 90%", "at most 7 µs").
 Arithmetic is not a measurement (`35 % 16`, `32 × 8`).
+A source comment that quotes part of the titles of NOTES.md entries narrows the search to
+those entries (a quoted title that no entry has is an error):
+
+    <!-- source: bench/results/ch10-ladder-3.md, NOTES.md "ch10 v5: short decode tiles" -->
+
 Thousands separators are ignored. A number worked out rather than copied (a ratio, a
 difference), a prediction, or someone else's claim says so in the prose and in an HTML
 comment in the same paragraph:
@@ -38,8 +45,13 @@ SOURCE = re.compile(r"(bench/results/[\w./-]+\.(?:md|csv)|bench/[\w-]+\.(?:h|cu|
 # and `16 × 16` are arithmetic and shapes, not a percentage or a ratio.
 # A range ("57.7–60.4%") is two measured numbers.
 NUM = r"\d(?:[\d,]*\d)?(?:\.\d+)?"
-MEASURED = re.compile(rf"(?<![\w.,])({NUM})(?:\s?[–-]\s?({NUM}))?"
-                      r"(?=\s?(?:µs|us\b|ms\b|%|TB/s|GB/s|TFLOP/s|×|x\b)(?!\s*\d))")
+# "From 102 to 71 µs" is two measured numbers too. A ratio is measured whether it is written
+# "2.43×" or "2.43 times" (as fast, slower, fp16): "times" is a unit.
+MEASURED = re.compile(rf"(?<![\w.,])({NUM})(?:(?:\s?[–-]\s?|\sto\s)({NUM}))?"
+                      r"(?=\s?(?:µs|us\b|ms\b|%|TB/s|GB/s|TFLOP/s|×|x\b|times\b)(?!\s*\d))")
+# The numbers of a list that ends in a measured one share its unit: "1.18, 1.14 and 1.07
+# times", "498 / 354 / 356 µs" (a shape, 32/8/32/4096, has no spaces: it is no list).
+LISTED = re.compile(rf"(?<![\w.,/])({NUM})(?:,\s|\s/\s|,?\s(?:and|or)\s)$")
 # A number the page works out, or one it reports as a prediction or as someone's claim
 # rather than a measurement, says so in a comment of its paragraph (the prose says so too):
 #     <!-- derived: 1.01 = 16,089 / 15,886 -->   <!-- predicted: 55–61 (NOTES.md, before the run) -->
@@ -65,8 +77,34 @@ def marked(para: str) -> set[str]:
 
 
 def numbers(m: re.Match) -> list[str]:
-    """The measured numbers of one MEASURED match: one, or both ends of a range."""
-    return [plain(g) for g in m.groups() if g]
+    """The measured numbers of one MEASURED match: one, or both ends of a range, and before
+    them the numbers of the list it ends."""
+    out = [plain(g) for g in m.groups() if g]
+    before = m.string[:m.start()]
+    while item := LISTED.search(before):
+        out.insert(0, plain(item.group(1)))
+        before = before[:item.start()]
+    return out
+
+
+# A source comment may name entries of NOTES.md by a quoted part of their titles:
+#     <!-- source: NOTES.md "ch10 v5: short decode tiles", "ch10 v5.3" -->
+# and then the paragraph's numbers are looked for in those entries only, not anywhere in
+# the notebook.
+SOURCE_COMMENT = re.compile(r"<!--\s*source:(.*?)-->", re.S)
+
+
+def notes_entries(para: str, notes: str) -> tuple[str | None, list[str]]:
+    """The NOTES.md entries a paragraph's source comments name (None: it names none), and
+    the quoted titles that match no entry."""
+    titles = {" ".join(t.split()) for c in SOURCE_COMMENT.findall(para) if "NOTES.md" in c
+              for t in re.findall(r'"([^"]+)"', c)}
+    if not titles:
+        return None, []
+    sections = re.split(r"\n(?=## )", notes)
+    head = [" ".join(sec.split("\n", 1)[0].split()) for sec in sections]
+    chosen = [sec for sec, h in zip(sections, head) if any(t in h for t in titles)]
+    return "\n".join(chosen), sorted(t for t in titles if not any(t in h for h in head))
 
 
 def shown(f: Path) -> str:
@@ -97,7 +135,13 @@ def problems() -> tuple[int, list[str]]:
             for s in sources:
                 path = ROOT / s
                 if path.is_file():
-                    body += shown(path)
+                    text_of = shown(path)
+                    if s == "NOTES.md":
+                        entries, missing = notes_entries(para, text_of)
+                        for t in missing:
+                            bad.append(f'{page.name}:{line}: names NOTES.md "{t}", which no entry\'s title has')
+                        text_of = text_of if entries is None else entries
+                    body += text_of
                 else:
                     bad.append(f"{page.name}:{line}: names {s}, which does not exist")
             body = plain(body)

@@ -38,3 +38,38 @@ def test_a_benchmark_source_counts_by_its_comments(tmp_path):
     src = tmp_path / "b.h"
     src.write_text("// queued behind a ~100 us spin\nx = 250.0 * y;\n")
     assert "100" in c.shown(src) and "250" not in c.shown(src)
+
+
+def test_times_is_a_unit_of_ratios():
+    assert found("fp8 is 1.80-1.89 times as fast, 1.73 times on MHA") == ["1.80", "1.89", "1.73"]
+    assert found("about 20 times slower, 5 to 20 times slower") == ["20", "5", "20"]
+    assert found("four times the work, `32 times 8`") == []
+
+
+def test_from_to_and_lists_are_measured_numbers():
+    assert found("that chunk from 102 to 71 µs") == ["102", "71"]
+    assert found("fp8 only 1.18, 1.14 and 1.07 times as fast") == ["1.18", "1.14", "1.07"]
+    assert found("1, 2, 4 and 8 partitions took 498, 354, 356 and 358 µs") == ["498", "354", "356", "358"]
+    assert found("n=4 431 / 433 / 436 us") == ["431", "433", "436"]
+    # A shape is not a list, a count before a list is not in it.
+    assert found("on 32/8/32/4096 took 181 µs; 16,384 tokens, 7 µs") == ["181", "7"]
+
+
+NOTES = """# Performance notes
+
+## ch10 v5: short decode tiles (kept)
+short 12.2 -> 9.3 us
+
+## ch10 v6: MQA
+MQA 57.8 -> 70.9 us
+"""
+
+
+def test_a_source_comment_narrows_notes_to_its_entries():
+    para = 'short 9.3 µs <!-- source: NOTES.md "ch10 v5: short" -->'
+    body, missing = c.notes_entries(para, NOTES)
+    assert c.found_in("9.3", body) and not c.found_in("70.9", body) and missing == []
+    # A paragraph whose comments quote no title is checked against the whole notebook.
+    assert c.notes_entries("(`NOTES.md`, \"ch10 v6\") 70.9 µs", NOTES) == (None, [])
+    # A title no entry has is reported, not silently widened to the notebook.
+    assert c.notes_entries('<!-- source: NOTES.md "ch10 v7" -->', NOTES) == ("", ["ch10 v7"])
