@@ -103,8 +103,9 @@ echo "== make $scope ($backend backend, build in $build)"
 step "build everything" cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 step "reference self-tests (pytest reference/)" \
     bash -c "cd reference && '$python' -m pytest -q -p no:cacheprovider"
-step "skeleton generator and progress tests (pytest tools/)" \
-    "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_progress.py
+step "skeleton generator, progress and book-numbers tests (pytest tools/)" \
+    "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_progress.py \
+    tools/test_check_book_numbers.py
 step "chapters/ is generated from solutions/ and current" \
     "$python" tools/make_skeletons.py --check
 step "the book's recorded outputs cite current source lines" \
@@ -189,6 +190,10 @@ fi
 step "the book's figures are drawn from the reference (pytest book/figures)" \
     "$python" -m pytest -q -p no:cacheprovider book/figures
 step "the book builds (mdbook)" bash tools/build_book.sh "$build" "$python"
+# After the build, whose generated includes it reads: every measured number of every page
+# names its source, is derived, or is marked a prediction or a claim (issue 27).
+step "every measured number in the book names its source (check_book_numbers --todo --all)" \
+    "$python" tools/check_book_numbers.py --todo --all
 # Every page in headless Chromium (Debian's, driven by Playwright): console errors, links
 # and anchors, images, wide tables and listings, includes; screenshots in build/.
 step "the book renders in a real browser (Chromium)" \
