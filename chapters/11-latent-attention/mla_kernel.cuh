@@ -194,12 +194,16 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   does not attend that key. The key sits at position kpos = tok0 + tk of the sequence;
     //   a row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
     //   own position pos[i / 2] (pos -1: none). Stage rows past the chunk's end hold zeros.
-    //   The result goes to S: s_rows[(g + 8 (i / 2)) * kSRow + tk] = sc[j][i].
     //   (Shared memory rows are kSmemRow elements apart, kRowWidth of them used.)
     (void)tok0;
     (void)scale_log2;
     (void)q_rows;
     // ANCHOR_END: scores
+    // To S, where the row group's other warp reads them too.
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s_rows[(g + 8 * (i / 2)) * kSRow + 16 * half + 8 * j + 2 * t + i % 2] = sc[j][i];
     __syncthreads();  // S holds the stage's scores, both halves of every row group
 
     // ANCHOR: online_softmax

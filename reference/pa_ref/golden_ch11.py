@@ -120,9 +120,10 @@ def write_writer_case(out_dir, dtype, block_size):
     name = f"writer_{dtype}_bs{block_size}"
     rng = np.random.default_rng(case_seed(name))
     num_blocks = 4
-    slots = rng.permutation(num_blocks * block_size)[:2 * block_size + 3].astype(np.int64)
-    slots[0], slots[1] = 0, num_blocks * block_size - 1   # the first and the last slot
-    slots[[5, 9]] = -1                                     # padding tokens
+    last = num_blocks * block_size - 1
+    inner = 1 + rng.permutation(last - 1)[:2 * block_size + 1]  # distinct slots, 0 and last left out
+    slots = np.concatenate([[0, last], inner]).astype(np.int64)   # the first and the last slot too
+    slots[[5, 9]] = -1                                             # padding tokens
     n = len(slots)
     c_kv = round_to(rng.standard_normal((n, mla.D_C)), dtype)
     k_rope = round_to(rng.standard_normal((n, mla.D_ROPE)), dtype)

@@ -193,7 +193,6 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   does not attend that key. The key sits at position kpos = tok0 + tk of the sequence;
     //   a row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
     //   own position pos[i / 2] (pos -1: none). Stage rows past the chunk's end hold zeros.
-    //   The result goes to S: s_rows[(g + 8 (i / 2)) * kSRow + tk] = sc[j][i].
     //   (Shared memory rows are kSmemRow elements apart, kRowWidth of them used.)
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
@@ -208,7 +207,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   for j < 2: const T* kb = kv + (16 * half + 8 * j + g) * kSmemRow + 16 * kk + 2 * t;
     //   b = {load_pair(kb), load_pair(kb + 8)}; mma_16x8x16<T>(sc[j], a, b). Then for each
     //   (j, i): kpos = tok0 + tk; sc[j][i] = kpos < w.kv_end && kpos <= pos[i / 2] ?
-    //   sc[j][i] * scale_log2 : -INFINITY; and store it at s_rows[(g + 8 (i / 2)) * kSRow + tk].
+    //   sc[j][i] * scale_log2 : -INFINITY.
     // BEGIN SOLUTION
     // STUB: (void)tok0;
     // STUB: (void)scale_log2;
@@ -230,10 +229,14 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       for (int i = 0; i < 4; ++i) {
         const int tk = 16 * half + 8 * j + 2 * t + i % 2, kpos = tok0 + tk;
         sc[j][i] = kpos < w.kv_end && kpos <= pos[i / 2] ? sc[j][i] * scale_log2 : -INFINITY;
-        s_rows[(g + 8 * (i / 2)) * kSRow + tk] = sc[j][i];
       }
     // END SOLUTION
     // ANCHOR_END: scores
+    // To S, where the row group's other warp reads them too.
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s_rows[(g + 8 * (i / 2)) * kSRow + 16 * half + 8 * j + 2 * t + i % 2] = sc[j][i];
     __syncthreads();  // S holds the stage's scores, both halves of every row group
 
     // ANCHOR: online_softmax
