@@ -51,4 +51,11 @@ void paged_attention_v2_fp8(const PagedAttentionShape& s, T* out, const T* q,
 // ANCHOR_END: api
                             cudaStream_t stream = nullptr);
 
+// Chapter 6's stretch exercise (scale_from_data.cu): the scale that maps the largest
+// magnitude of x (device, n values) to e4m3's 448, so that nothing saturates: amax / 448,
+// or 1 when every value is 0 (or n is 0). grid_blocks > 0 forces the reduction's grid size
+// (tests); 0 picks one from n.
+template <typename T>
+float e4m3_scale_for(const T* x, int64_t n, int grid_blocks = 0, cudaStream_t stream = nullptr);
+
 }  // namespace pa::ch06
