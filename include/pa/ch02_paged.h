@@ -96,4 +96,14 @@ void gather_kv(const PoolShape& s, const T* k_pool, const T* v_pool, const int* 
                int max_blocks_per_seq, const int* context_lens, int num_seqs, int max_seq_len,
                T* k_dense, T* v_dense, cudaStream_t stream = nullptr);
 
+// Dense to paged (chapter 2's stretch exercise, dense_to_paged.cu), gather_kv's inverse:
+// writes each sequence's first context_lens[b] tokens of k_dense, v_dense ([num_seqs,
+// max_seq_len, num_kv_heads, head_size]) into the pools, token t at offset t % block_size of
+// block block_table[b * max_blocks_per_seq + t / block_size]. Nothing else in the pools
+// changes. Device pointers; the same table conditions as gather_kv.
+template <typename T>
+void dense_to_paged(const PoolShape& s, const T* k_dense, const T* v_dense, int num_seqs,
+                    int max_seq_len, const int* block_table, int max_blocks_per_seq,
+                    const int* context_lens, T* k_pool, T* v_pool, cudaStream_t stream = nullptr);
+
 }  // namespace pa::ch02
