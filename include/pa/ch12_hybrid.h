@@ -19,6 +19,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pa/ch02_paged.h"
@@ -47,6 +50,14 @@ inline LayerGroup sliding_group(int window) { return {Attention::sliding, window
 int first_needed_block(const LayerGroup& group, int next_pos, int block_size);
 // ANCHOR_END: first_needed_block
 
+// ANCHOR: prefix_hit
+// Stretch exercise 3. Prefix caching per group type: the longest prefix, in whole blocks,
+// that every group can serve from its cache. cached[g][i]: block i of the prefix is cached
+// in group g. At most max_blocks, and at most the shortest cached[g].
+int prefix_hit_blocks(const std::vector<LayerGroup>& groups, const std::vector<std::vector<bool>>& cached,
+                      int block_size, int max_blocks);
+// ANCHOR_END: prefix_hit
+
 class HybridBlockManager;
 
 // ANCHOR: group_manager
@@ -66,7 +77,11 @@ class GroupBlockManager : public ch07::SharedBlockManager {
   // Chapter 7's fork and release; a null entry is copied as null and owned by nobody.
   void fork(int parent, int child);
   void release(int seq_id);
-  int num_free() const override;  // the shared pool's
+  // A new sequence holding `table` (null entries owned by nobody) and `length` tokens: a
+  // prefix-cache hit. Each real block gets one owner more (an evictable one leaves the cache's
+  // evictable set).
+  void add_with(int seq_id, const std::vector<int>& table, int length);
+  int num_free() const override;  // the shared pool's (free + evictable)
 
  protected:
   int take_block() override;             // from the shared pool
@@ -85,8 +100,9 @@ class HybridBlockManager {
   // out) shared by the layer groups. Throws pa::Error for no group, a sliding window <= 0
   // ("layer group G: window must be positive, got W"), a window on a full group ("layer
   // group G is full attention but has a window of W"), fewer than 2 blocks, or a block
-  // size chapter 7 refuses.
-  HybridBlockManager(int num_blocks, int block_size, const std::vector<LayerGroup>& groups);
+  // size chapter 7 refuses. prefix_caching: see match_prefix.
+  HybridBlockManager(int num_blocks, int block_size, const std::vector<LayerGroup>& groups,
+                     bool prefix_caching = false);
   HybridBlockManager(const HybridBlockManager&) = delete;
   HybridBlockManager& operator=(const HybridBlockManager&) = delete;
 
@@ -112,6 +128,23 @@ class HybridBlockManager {
   // all succeed: what a scheduler plans a step with (frees of earlier appends count).
   int step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const;
 
+  // Prefix caching (on when constructed so). A full block of computed tokens is registered,
+  // per group, under a chain hash of its tokens and everything before them (commit), and a
+  // registered block whose last owner leaves stays cached, evictable, until the pool has no
+  // free block left (the least recently given back goes first).
+  // The tokens (whole blocks, at most max_tokens) of the longest prefix of `tokens` that
+  // every group can serve from its cache: prefix_hit_blocks. A full group needs every block
+  // of it, a sliding group only the blocks the query after it sees. Takes nothing.
+  int match_prefix(const std::vector<int>& tokens, int max_tokens) const;
+  // Starts seq_id (a new id) holding the first hit_tokens tokens of `tokens` from the
+  // cache (hit_tokens from match_prefix): a full group each block of the prefix, a sliding
+  // group the blocks its next query sees, null entries before them. Length hit_tokens.
+  void add_sequence(int seq_id, const std::vector<int>& tokens, int hit_tokens);
+  // Registers the sequence's full blocks whose tokens[0 .. num_computed) are computed (in
+  // each group whose entry is not null). Call it before free_dead_blocks.
+  void commit(int seq_id, const std::vector<int>& tokens, int num_computed);
+  int num_evictable() const { return int(evictable_.size()); }
+
   int num_groups() const { return int(groups_.size()); }
   const GroupBlockManager& group(int g) const;
   const std::vector<int>& block_list(int g, int seq_id) const { return group(g).block_list(seq_id); }
@@ -119,15 +152,33 @@ class HybridBlockManager {
   int length(int seq_id) const;
   int block_size() const { return block_size_; }
   int num_blocks() const { return pool_.num_blocks(); }
-  int num_free() const { return pool_.num_free(); }        // the null block is never free
-  int num_held() const { return pool_.num_used() - 1; }    // blocks some table holds
+  // Blocks a step can take: free, or cached and evictable. The null block is never free.
+  int num_free() const { return pool_.num_free() + num_evictable(); }
+  int num_held() const { return pool_.num_used() - 1 - num_evictable(); }  // in some table
   const ch02::BlockAllocator& pool() const { return pool_; }
 
  private:
   friend class GroupBlockManager;
+  struct Cached {
+    uint64_t hash = 0, parent = 0;  // hash 0: not cached
+    int group = -1;
+    std::vector<int> tokens;
+  };
+  int take_pool_block();          // a free block, else the oldest evictable one
+  void drop_pool_block(int block);  // cached: evictable; otherwise free
+  void unevict(int block);
+  std::vector<uint64_t> chain(const std::vector<int>& tokens, int num_blocks) const;
+  int cached_block(int g, int i, const std::vector<uint64_t>& hashes, const std::vector<int>& tokens) const;
   int block_size_;
+  bool prefix_caching_;
   ch02::BlockAllocator pool_;
   std::vector<std::unique_ptr<GroupBlockManager>> groups_;
+  std::vector<std::unordered_map<uint64_t, int>> cached_;  // per group: hash -> block
+  std::vector<Cached> meta_;                                // per block
+  std::set<std::pair<int64_t, int>> evictable_;            // (when given back, block)
+  std::vector<int64_t> evict_tick_;                         // per block, while evictable
+  std::unordered_map<int, std::vector<uint64_t>> hashes_;   // committed block hashes per sequence
+  int64_t tick_ = 0;
 };
 // ANCHOR_END: manager
 

@@ -10,6 +10,10 @@ held_bs<B>_w<W> cases: one sequence grown by a script of appends in one layer gr
     expect_after_free    int32 [N]   after free_dead_blocks at the new length:
                                      hybrid.blocks_held(length, window, block_size)
   params: window (0 = full), block_size
+prefix_hit case: hybrid.prefix_hit_blocks on random caches, K instances of 3 groups:
+    windows    int32 [K, 3]      0 = a full group
+    block_size, max_blocks, expect  int32 [K]
+    cached     int32 [K, 3, 12]  1 where block i of the prefix is cached in group g
 gemma3_32k case: the Gemma-3-like accounting of test_hybrid.py:
     windows int32 [6]  five sliding layers of 1,024 and one full (0)
   params: length 32768, block_size 16, full_blocks (every layer full), hybrid_blocks
@@ -52,6 +56,23 @@ def chapter_12(out):
                                 "expect_after_append": np.array(after_append, dtype=np.int32),
                                 "expect_after_free": np.array(after_free, dtype=np.int32)},
                    {"window": w, "block_size": bs})
+
+    rng = np.random.default_rng(case_seed("prefix_hit"))
+    inst = []
+    for k in range(400):
+        bs = int(rng.choice([4, 8]))
+        windows = [int(rng.choice([0, 0, 1, 3, 4, 5, 8, 9, 17])) for _ in range(3)]
+        cached = (rng.random((3, 12)) < rng.choice([0.6, 0.85, 0.95])).astype(np.int32)
+        max_blocks = int(rng.choice([12, 12, 12, 5, 0, 20]))
+        want = hybrid.prefix_hit_blocks([list(map(bool, c)) for c in cached], [_window(w) for w in windows],
+                                        bs, max_blocks)
+        inst.append((windows, bs, max_blocks, cached, want))
+    write_case(out / "prefix_hit", {
+        "windows": np.array([i[0] for i in inst], dtype=np.int32),
+        "block_size": np.array([i[1] for i in inst], dtype=np.int32),
+        "max_blocks": np.array([i[2] for i in inst], dtype=np.int32),
+        "cached": np.array([i[3] for i in inst], dtype=np.int32),
+        "expect": np.array([i[4] for i in inst], dtype=np.int32)}, {"instances": len(inst)})
 
     windows = [1024] * 5 + [0]
     length, bs = 32768, 16

@@ -106,3 +106,23 @@ def hybrid_kv_blocks(length, block_size, pattern):
     """Blocks held for one sequence over a layer pattern, e.g. [1024] * 5 + [None] (Gemma 3's
     five sliding layers per full one): the sum over the layers of blocks_held."""
     return sum(blocks_held(length, w, block_size) for w in pattern)
+
+
+# ---- Prefix caching per group type ---------------------------------------------------
+
+def prefix_hit_blocks(cached, windows, block_size, max_blocks):
+    """The longest prefix, in whole blocks, that every layer group can serve from its cache.
+
+    cached[g][i]: block i of the prompt's prefix is cached in group g; windows[g] is None for
+    a full group. A prefix of P blocks needs, in a full group, every block 0 .. P-1 (every
+    later query sees them all); in a sliding group only the blocks that the first query
+    after it (position P * block_size) can see, first_needed_block(P * block_size) .. P - 1:
+    the earlier ones are dead, and their entries can be the null block. A sliding group's
+    condition is not monotone in P (a block missing early does not stop a longer hit), so
+    every P is tried, longest first. At most max_blocks, and at most the blocks known."""
+    limit = min([max_blocks] + [len(c) for c in cached])
+    for p in range(limit, 0, -1):
+        if all(all(c[i] for i in range(first_needed_block(p * block_size, w, block_size), p))
+               for c, w in zip(cached, windows)):
+            return p
+    return 0

@@ -120,3 +120,18 @@ def test_gemma3_like_saving_at_32k():
     # sliding layer (65 for a moment, once the next token takes a new block).
     assert hyb == 2048 + 5 * 64
     assert 4.5 < full / hyb < 5.5  # "about 5x"
+
+
+def test_prefix_hit_per_group_type():
+    T, F = True, False
+    # A full group needs every block; a sliding group (window 8, blocks of 4) only the blocks
+    # the query at P * 4 sees: blocks (4P - 7) // 4 .. P - 1, i.e. the last two.
+    full, slide = None, 8
+    assert hybrid.prefix_hit_blocks([[T, T, T, F]], [full], 4, 10) == 3
+    assert hybrid.prefix_hit_blocks([[F, F, T, T, F, T]], [slide], 4, 10) == 4
+    # Not monotone: the sliding group serves 4 blocks but not 5 or 6 (block 4 missing).
+    assert hybrid.prefix_hit_blocks([[F, T, T, T, F, T]], [slide], 4, 10) == 4
+    # Together: the full group allows 5, the sliding group 4 of those.
+    assert hybrid.prefix_hit_blocks([[T] * 5 + [F], [F, F, T, T, F, T]], [full, slide], 4, 10) == 4
+    assert hybrid.prefix_hit_blocks([[T] * 6], [full], 4, 2) == 2  # max_blocks
+    assert hybrid.prefix_hit_blocks([[F] * 6], [slide], 4, 10) == 0

@@ -35,14 +35,14 @@ int first_needed_block(const LayerGroup& group, int next_pos, int block_size) {
 GroupBlockManager::GroupBlockManager(HybridBlockManager& owner, const LayerGroup& group)
     : ch07::SharedBlockManager(owner.pool_.num_blocks(), owner.block_size_), owner_(&owner), group_(group) {}
 
-int GroupBlockManager::num_free() const { return owner_->pool_.num_free(); }
+int GroupBlockManager::num_free() const { return owner_->num_free(); }
 
-int GroupBlockManager::take_block() { return owner_->pool_.allocate(); }
+int GroupBlockManager::take_block() { return owner_->take_pool_block(); }
 
 void GroupBlockManager::drop_block(int block) {
   PA_REQUIRE(block != kNullBlock, "drop_block: the null block (" << kNullBlock
                                       << ") is owned by nobody and is never freed");
-  owner_->pool_.free(block);
+  owner_->drop_pool_block(block);
 }
 
 void GroupBlockManager::fork(int parent, int child) {
@@ -57,6 +57,19 @@ void GroupBlockManager::release(int seq_id) {
   Sequence& seq = find(seq_id, "release");
   seq.blocks.erase(std::remove(seq.blocks.begin(), seq.blocks.end(), kNullBlock), seq.blocks.end());
   SharedBlockManager::release(seq_id);
+}
+
+void GroupBlockManager::add_with(int seq_id, const std::vector<int>& table, int length) {
+  add_sequence(seq_id);
+  Sequence& seq = find(seq_id, "add_sequence");
+  for (int b : table) {
+    if (b != kNullBlock) {
+      if (refcount_[size_t(b)] == 0) owner_->unevict(b);
+      ++refcount_[size_t(b)];
+    }
+    seq.blocks.push_back(b);
+  }
+  seq.length = length;
 }
 
 int GroupBlockManager::dead_blocks_to_pool(int seq_id) const {
@@ -107,5 +120,39 @@ int GroupBlockManager::free_dead_blocks(int seq_id) {
   // END SOLUTION
 }
 // ANCHOR_END: free_dead_blocks
+
+// ANCHOR: prefix_hit_blocks
+int prefix_hit_blocks(const std::vector<LayerGroup>& groups, const std::vector<std::vector<bool>>& cached,
+                      int block_size, int max_blocks) {
+  PA_REQUIRE(groups.size() == cached.size(),
+             "prefix_hit_blocks: " << groups.size() << " groups but " << cached.size() << " cache maps");
+  // TODO(ch12, stretch): return the largest P with 0 <= P <= max_blocks and P <= every
+  //   cached[g].size() such that every group can serve a prefix of P blocks from its cache:
+  //   the first query after the prefix (at position P * block_size) and every later one find
+  //   every block they can see cached (cached[g][i]). Blocks no such query sees need not be
+  //   cached: a sliding group's entries before them will be the null block. 0 if nothing
+  //   fits. Checked by StretchPrefixHit.* (tests/12-hybrid-models/test_stretch_prefix_hit.cpp).
+  // HINT(1): a full group's queries see every block of the prefix; a sliding group's see
+  //   from first_needed_block(group, P * block_size, block_size) on. Careful: a sliding
+  //   group that can serve P blocks may fail at a smaller P (a block missing early stops
+  //   a short hit, not a long one), so the longest P is not the end of a run from 0.
+  // HINT(2): try P from the largest allowed down to 1; return the first P for which every
+  //   group has cached[g][i] for all i in [first_needed_block(groups[g], P * block_size,
+  //   block_size), P). Return 0 if none.
+  // BEGIN SOLUTION(ch12, stretch)
+  // STUB: PA_TODO("ch12");
+  int limit = max_blocks;
+  for (const auto& c : cached) limit = std::min(limit, int(c.size()));
+  for (int p = limit; p > 0; --p) {
+    bool ok = true;
+    for (size_t g = 0; g < groups.size() && ok; ++g)
+      for (int i = first_needed_block(groups[g], p * block_size, block_size); i < p && ok; ++i)
+        ok = cached[g][size_t(i)];
+    if (ok) return p;
+  }
+  return 0;
+  // END SOLUTION
+}
+// ANCHOR_END: prefix_hit_blocks
 
 }  // namespace pa::ch12
