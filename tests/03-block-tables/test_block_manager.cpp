@@ -82,12 +82,14 @@ INSTANTIATE_TEST_SUITE_P(Ch03, ScriptGolden,
 // ---- Edge lengths: a block is allocated exactly when the tail block is full -------------
 TEST(BlockManager, AllocatesOnlyOnOverflowAtEdgeLengths) {
   for (int bs : {8, 16, 32}) {
-    for (int prompt : {0, 1, bs - 1, bs, bs + 1}) {
+    // Longest prompt first, and ASSERT: a manager that holds too few blocks is named here,
+    // before a later append indexes past its block list (which may crash, unnamed).
+    for (int prompt : {bs + 1, bs, bs - 1, 1, 0}) {
       SCOPED_TRACE("block_size " + std::to_string(bs) + ", prompt " + std::to_string(prompt));
       BlockManager m(16, bs);
       m.add_sequence(7);
       m.append_slots(7, prompt);
-      EXPECT_EQ(int(m.block_list(7).size()), (prompt + bs - 1) / bs);
+      ASSERT_EQ(int(m.block_list(7).size()), (prompt + bs - 1) / bs) << "blocks held after the prompt";
       for (int step = 0; step < 2 * bs + 1; ++step) {
         const int len = m.length(7), used = m.allocator().num_used();
         const auto slots = m.append_slots(7, 1);  // one decode step
@@ -204,6 +206,11 @@ TEST(BlockManager, BadCallsAreRefusedClearly) {
   // The wording your append_slots gives (its TODO(ch03) states it).
   EXPECT_TRUE(error_contains([&] { m.append_slots(1, 65); }, "needs 5 more blocks, only 4 are free"));
   EXPECT_EQ(m.length(1), 0);
+  // M counts the blocks missing, not all the blocks the sequence would hold: at length 20
+  // (2 blocks held, 2 free), 45 more tokens make 65, 5 blocks: 3 more.
+  m.append_slots(1, 20);
+  EXPECT_TRUE(error_contains([&] { m.append_slots(1, 45); }, "needs 3 more blocks, only 2 are free"));
+  EXPECT_EQ(m.length(1), 20);
   EXPECT_THROW(BlockManager(4, 12), pa::Error);
 }
 

@@ -37,4 +37,17 @@ TEST(PagedMemory, HandExample) {
   EXPECT_EQ(rep.paged_seqs_in_budget, 4);  // 96 bytes / (1.5 blocks * 8 slots * 2 bytes)
 }
 
+// Rounded down (a budget that is not a multiple), and exact in integers for a budget so
+// large that budget * n passes 2^63 (and a double, 2^53).
+TEST(PagedMemory, CountRoundsDownAndNeverOverflows) {
+  pa::KVConfig cfg{1, 1, 1, 1, 64};                          // 2 bytes per token
+  const std::vector<pa::Request> trace = {{3, 2}, {4, 5}};  // 3 blocks of 8 for 2 requests
+  for (const int64_t budget : {int64_t(99), int64_t(1) << 62}) {
+    SCOPED_TRACE("budget " + std::to_string(budget) + " bytes");
+    const auto rep = pa::ch03::paged_memory_report(trace, cfg, 8, budget);
+    // 99 * 2 / (3 * 8 * 2) = 4.125; 2^62 * 2 / 48, worked in Python.
+    EXPECT_EQ(rep.paged_seqs_in_budget, budget == 99 ? 4 : int64_t(192153584101141162));
+  }
+}
+
 }  // namespace
