@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/09-performance/decode_kernel.cuh; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 9, exercise 2 of 3: the decode kernel. One thread block per (sequence, group of
+// Chapter 9, exercise 1 (the core exercise: the cp.async ring below): the decode kernel. One thread block per (sequence, group of
 // GQ query heads sharing a KV head, partition); its four warps take the partition's KV
 // blocks in turn. kStages = 0 reads each block straight from global memory (versions gqa
 // and split); otherwise each warp copies blocks into a ring of kStages shared-memory
@@ -279,7 +279,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeArgs<T, C> a)
     //   it attends block i the copies of blocks i + 1 .. i + stages - 1 (those below count)
     //   are in flight. A lane reads a slot only once every lane's copies into it have landed,
     //   a slot is never overwritten while it is read, and no copy is in flight when the
-    //   branch ends.
+    //   branch ends. Tests: the core suites (Ch09/DecodeGolden.*, Decode.*, Ch09/Fp8Golden.*),
+    //   with the tensor-core math of tc_block.cuh (given).
     // (your code here)
     // ANCHOR_END: pipeline
   }

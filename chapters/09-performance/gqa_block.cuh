@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/09-performance/gqa_block.cuh; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 9, exercise 1 of 3: one warp attends over one KV block for a *group* of query
+// Chapter 9, exercise 2 (stretch): one warp attends over one KV block for a *group* of query
 // heads at once. Chapter 4's warp did this for one head: with Hq/Hkv = 4 the same K/V
 // bytes were fetched by four thread blocks. Here they are fetched once and used four times.
 #pragma once
@@ -79,12 +79,13 @@ __device__ void attend_block_gqa(const C* __restrict__ k_blk, const C* __restric
   constexpr int kRows = GroupState<GQ, D>::kRows;
   const int lane = threadIdx.x % 32;
 
-  // TODO(ch09): chapter 4's attend_kv_block for the GQ query heads that share this KV head,
+  // TODO(ch09, stretch): chapter 4's attend_kv_block for the GQ query heads that share this KV head,
   //   reading each K chunk and V row once for all of them: afterwards head h's lanes (lane /
   //   LH == h) hold its st.m and st.l, and every lane holds st.acc[h][r] (row lane + 32 r)
   //   for every head, all updated with the block's `valid` tokens, scores multiplied by
   //   k_scale. Tokens >= valid add nothing, even when NaN. s_s ([GQ][BS] floats) is scratch,
-  //   free again on return.
+  //   free again on return. Tests: StretchGqa.*, StretchGqaLong.* and StretchGqaFp8.* (the
+  //   versions gqa, split and pipelined, and every version at block size 8).
   // (your code here)
 }
 // ANCHOR_END: attend_block_gqa

@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/09-performance/split_plan.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 9, exercise 3 of 3: how many partitions, so that the grid fills the GPU once.
+// Chapter 9, exercise 3 (stretch): how many partitions, so that the grid fills the GPU once.
 #include <algorithm>
 
 #include "pa/ch09_fast_decode.h"
@@ -39,14 +39,15 @@ SplitPlan plan_splits(int work_units, int max_context_len, int block_size, int n
                  << block_size << ", num_sms " << num_sms << ", blocks_per_sm " << blocks_per_sm << ")");
   const int blocks = std::max(1, (max_context_len + block_size - 1) / block_size);
   constexpr int kMinBlocks = 8;  // per partition: two per warp
-  // TODO(ch09): return {splits, partition_size} for `blocks` KV blocks (the longest context's)
+  // TODO(ch09, stretch): return {splits, partition_size} for `blocks` KV blocks (the longest context's)
   //   and work_units (sequences x KV-head groups) thread blocks per partition. The tests
   //   check exact values, defined this way. The wanted count S is the largest number of partitions
   //   such that work_units * S thread blocks fit in one wave (num_sms * blocks_per_sm resident
   //   blocks) and S partitions of kMinBlocks blocks fit in `blocks`; but at least 1.
   //   partition_size (in tokens) is the fewest whole blocks with which S partitions cover all
   //   `blocks`; splits is the number of partitions of that size needed to cover them (none
-  //   empty: it may be less than S).
+  //   empty: it may be less than S). Tests: StretchSplitPlan.*, StretchSplitPlanDecode.* and
+  //   StretchSplitPlanFp8.* (decode() and decode_fp8() without a plan).
   PA_TODO("ch09");
 }
 // ANCHOR_END: plan_splits

@@ -1,4 +1,4 @@
-// Chapter 9, exercise 2 of 3: the decode kernel. One thread block per (sequence, group of
+// Chapter 9, exercise 1 (the core exercise: the cp.async ring below): the decode kernel. One thread block per (sequence, group of
 // GQ query heads sharing a KV head, partition); its four warps take the partition's KV
 // blocks in turn. kStages = 0 reads each block straight from global memory (versions gqa
 // and split); otherwise each warp copies blocks into a ring of kStages shared-memory
@@ -278,7 +278,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeArgs<T, C> a)
     //   it attends block i the copies of blocks i + 1 .. i + stages - 1 (those below count)
     //   are in flight. A lane reads a slot only once every lane's copies into it have landed,
     //   a slot is never overwritten while it is read, and no copy is in flight when the
-    //   branch ends.
+    //   branch ends. Tests: the core suites (Ch09/DecodeGolden.*, Decode.*, Ch09/Fp8Golden.*),
+    //   with the tensor-core math of tc_block.cuh (given).
     // HINT(1): Write a helper issue(i) (a lambda, called by all 32 lanes) that starts the
     //   copies of block i into ring slot i % stages and commits one cp.async group, even when
     //   i >= count: empty groups keep the count in step, so cp_async_wait<stages - 1>()
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeArgs<T, C> a)
     //   lane's copies are visible), and math.attend on slot i % stages (K, then V at + D * BS). The
     //   attend ends with __syncwarp(), so the next issue may overwrite the slot just used.
     //   End with cp_async_wait<0>().
-    // BEGIN SOLUTION
+    // BEGIN SOLUTION(ch09)
     int fill = 0, use = 0;  // the slots the next issue fills and the next attend reads
     auto issue = [&](int i) {
       if (i % 32 == 0 && i > 0) {

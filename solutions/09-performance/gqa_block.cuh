@@ -1,4 +1,4 @@
-// Chapter 9, exercise 1 of 3: one warp attends over one KV block for a *group* of query
+// Chapter 9, exercise 2 (stretch): one warp attends over one KV block for a *group* of query
 // heads at once. Chapter 4's warp did this for one head: with Hq/Hkv = 4 the same K/V
 // bytes were fetched by four thread blocks. Here they are fetched once and used four times.
 #pragma once
@@ -78,12 +78,13 @@ __device__ void attend_block_gqa(const C* __restrict__ k_blk, const C* __restric
   constexpr int kRows = GroupState<GQ, D>::kRows;
   const int lane = threadIdx.x % 32;
 
-  // TODO(ch09): chapter 4's attend_kv_block for the GQ query heads that share this KV head,
+  // TODO(ch09, stretch): chapter 4's attend_kv_block for the GQ query heads that share this KV head,
   //   reading each K chunk and V row once for all of them: afterwards head h's lanes (lane /
   //   LH == h) hold its st.m and st.l, and every lane holds st.acc[h][r] (row lane + 32 r)
   //   for every head, all updated with the block's `valid` tokens, scores multiplied by
   //   k_scale. Tokens >= valid add nothing, even when NaN. s_s ([GQ][BS] floats) is scratch,
-  //   free again on return.
+  //   free again on return. Tests: StretchGqa.*, StretchGqaLong.* and StretchGqaFp8.* (the
+  //   versions gqa, split and pipelined, and every version at block size 8).
   // HINT(1): Chapter 4's three steps (scores, online softmax, V), each for GQ heads: the
   //   score step makes GQ dot products per K chunk, the softmax step splits the warp by head
   //   (LH = 32 / GQ lanes per head) and works on the scores in s_s, and the V step updates GQ
@@ -111,7 +112,7 @@ __device__ void attend_block_gqa(const C* __restrict__ k_blk, const C* __restric
   //   (load_v_row). Zero the values of tokens t >= valid (0 * NaN is NaN), then for every
   //   head acc[h][r] = acc[h][r] * correction[h] + sum_t s_s[h * BS + t] * v[t].
   //   Finish with __syncwarp() so that s_s may be overwritten by the next block.
-  // BEGIN SOLUTION
+  // BEGIN SOLUTION(ch09, stretch)
   const int o = lane / LT, g = lane % LT;
   float part[GQ];
   for (int h = 0; h < GQ; ++h) part[h] = 0.f;

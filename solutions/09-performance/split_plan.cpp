@@ -1,4 +1,4 @@
-// Chapter 9, exercise 3 of 3: how many partitions, so that the grid fills the GPU once.
+// Chapter 9, exercise 3 (stretch): how many partitions, so that the grid fills the GPU once.
 #include <algorithm>
 
 #include "pa/ch09_fast_decode.h"
@@ -38,14 +38,15 @@ SplitPlan plan_splits(int work_units, int max_context_len, int block_size, int n
                  << block_size << ", num_sms " << num_sms << ", blocks_per_sm " << blocks_per_sm << ")");
   const int blocks = std::max(1, (max_context_len + block_size - 1) / block_size);
   constexpr int kMinBlocks = 8;  // per partition: two per warp
-  // TODO(ch09): return {splits, partition_size} for `blocks` KV blocks (the longest context's)
+  // TODO(ch09, stretch): return {splits, partition_size} for `blocks` KV blocks (the longest context's)
   //   and work_units (sequences x KV-head groups) thread blocks per partition. The tests
   //   check exact values, defined this way. The wanted count S is the largest number of partitions
   //   such that work_units * S thread blocks fit in one wave (num_sms * blocks_per_sm resident
   //   blocks) and S partitions of kMinBlocks blocks fit in `blocks`; but at least 1.
   //   partition_size (in tokens) is the fewest whole blocks with which S partitions cover all
   //   `blocks`; splits is the number of partitions of that size needed to cover them (none
-  //   empty: it may be less than S).
+  //   empty: it may be less than S). Tests: StretchSplitPlan.*, StretchSplitPlanDecode.* and
+  //   StretchSplitPlanFp8.* (decode() and decode_fp8() without a plan).
   // HINT(1): Two limits, both in integer division: enough partitions to fill the GPU once
   //   (wave / work_units), and few enough that each keeps kMinBlocks blocks (blocks /
   //   kMinBlocks). Take the smaller one, and at least 1.
@@ -59,7 +60,7 @@ SplitPlan plan_splits(int work_units, int max_context_len, int block_size, int n
   //   the fixed cost of a partition -- loading q, merging, a partial result -- dominates).
   //   Then partition_size = ceil(blocks / splits) blocks, in tokens; and recompute splits
   //   from it (rounding can leave the last one empty).
-  // BEGIN SOLUTION
+  // BEGIN SOLUTION(ch09, stretch)
   // STUB: PA_TODO("ch09");
   const int wave = num_sms * blocks_per_sm;
   int splits = std::max(1, wave / work_units);

@@ -1,6 +1,13 @@
 // Chapter 9: every decode version against the reference (chapter 4's golden cases), with
 // the planner's split and with forced odd splits, on permuted blocks; long contexts on
 // the GPU against a float64 host reference.
+//
+// Core and stretch (make test-chapter-9 counts them apart). The core exercise is the
+// cp.async ring (decode_kernel.cuh): the core tests run it with the tensor-core math
+// (given code, block sizes 16 and 32) on plans given to it, so they never run the stretch
+// exercises' code: attend_block_gqa (gqa_block.cuh: the CUDA-core math of versions gqa,
+// split and pipelined, and of every version at block size 8) and plan_splits
+// (split_plan.cpp: decode() without a plan). Those are tested by the Stretch* suites.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +29,16 @@ using pa::test::PagedCase;
 const Version kVersions[] = {Version::gqa, Version::split, Version::pipelined,
                              Version::tensor_core};
 
+// The golden cases of `chapter` whose names start with `prefix`, with half or bf16 queries,
+// whose block size is (or, with `bs8` false, is not) 8.
+std::vector<std::string> cases(const char* chapter, const char* prefix, bool bs8) {
+  std::vector<std::string> out;
+  for (const std::string& name : pa::test::golden_case_names(chapter, prefix))
+    if (name.find("_fp32_") == std::string::npos && (name.find("_bs8_") != std::string::npos) == bs8)
+      out.push_back(name);
+  return out;
+}
+
 // A plan of `splits` partitions (whole blocks) covering max_len tokens.
 SplitPlan forced_plan(int splits, int max_len, int bs) {
   const int blocks = std::max(1, (max_len + bs - 1) / bs);
@@ -29,14 +46,18 @@ SplitPlan forced_plan(int splits, int max_len, int bs) {
   return {(blocks + per - 1) / per, per * bs};
 }
 
+// `planned`: these versions through decode() (Version::gqa's 512-token partitions, the
+// others plan_splits's); `forced`: these through decode_with_plan, with one partition and
+// with odd numbers of them, so partition edges fall inside sequences.
 template <typename T>
-void check_case(const GoldenCase& g) {
+void check_case(const GoldenCase& g, std::initializer_list<Version> planned,
+                std::initializer_list<Version> forced) {
   for (unsigned seed : {0u, 7u}) {  // as stored, and with the physical blocks permuted
     PagedCase<T> c(g, seed);
     const auto dims = pa::test::decode_out_dims(c.shape);
     pa::ch09::Workspace ws;
     ws.reserve(c.shape.num_seqs, c.shape.num_q_heads, 64, c.shape.head_size);
-    for (Version v : kVersions) {
+    for (Version v : planned) {
       ws.poison();  // a reduce that reads a partition no kernel wrote shows NaN
       pa::test::poison(c.out);
       pa::ch09::decode<T>(v, c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
@@ -45,10 +66,10 @@ void check_case(const GoldenCase& g) {
           << pa::ch09::name_of(v) << ", block permutation seed " << seed << ", " << c.name << ": "
           << g.param("note");
     }
-    // Odd numbers of partitions, so partition edges fall inside sequences.
-    for (int splits : {2, 3, 5}) {
+    for (int splits : {1, 2, 3, 5}) {
+      if (forced.size() == 0) break;
       const SplitPlan plan = forced_plan(splits, c.max_context_len, c.shape.block_size);
-      for (Version v : {Version::split, Version::pipelined, Version::tensor_core}) {
+      for (Version v : forced) {
         ws.poison();
         pa::test::poison(c.out);
         pa::ch09::decode_with_plan<T>(v, plan, c.shape, c.out.get(), c.q.get(), c.k_pool.get(),
@@ -62,37 +83,75 @@ void check_case(const GoldenCase& g) {
   }
 }
 
-class DecodeGolden : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(DecodeGolden, EveryVersionMatchesTheReference) {
-  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + GetParam());
-  switch (pa::parse_dtype(g.param("dtype"))) {
-    case pa::DType::fp32: {  // not a serving dtype here: a clear refusal
-      PagedCase<float> c(g);
-      pa::ch09::Workspace ws;
-      const std::string msg = pa::test::error_of([&] {
-        pa::ch09::decode<float>(Version::pipelined, c.shape, c.out.get(), c.q.get(),
-                                c.k_pool.get(), c.v_pool.get(), c.d_table.get(), c.d_lens.get(),
-                                c.max_context_len, c.scale, ws);
-      });
-      EXPECT_NE(msg.find("half or bf16"), std::string::npos) << msg;
-      return;
-    }
-    case pa::DType::fp16: return check_case<pa::half>(g);
-    case pa::DType::bf16: return check_case<pa::bf16>(g);
-  }
+void check_golden(const std::string& name, std::initializer_list<Version> planned,
+                  std::initializer_list<Version> forced) {
+  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + name);
+  if (pa::parse_dtype(g.param("dtype")) == pa::DType::bf16)
+    check_case<pa::bf16>(g, planned, forced);
+  else
+    check_case<pa::half>(g, planned, forced);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch09, DecodeGolden,
-                         ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
+// Core: the ring (the tensor-core math: block sizes 16 and 32) on given plans.
+class DecodeGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeGolden, TheRingMatchesTheReference) {
+  check_golden(GetParam(), {}, {Version::tensor_core});
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch09, DecodeGolden, ::testing::ValuesIn(cases("ch04", "decode_", false)),
                          [](const auto& info) { return info.param; });
 
-TEST(SplitPlan, FillsAboutOneWave) {
+TEST(Decode, FloatIsRefused) {  // not a serving dtype here: a clear refusal
+  const GoldenCase g(pa::test::golden_dir("ch04") + "/decode_fp32_d128_bs16_g2_part513");
+  PagedCase<float> c(g);
+  pa::ch09::Workspace ws;
+  const std::string msg = pa::test::error_of([&] {
+    pa::ch09::decode_with_plan<float>(Version::tensor_core, forced_plan(1, c.max_context_len, 16),
+                                      c.shape, c.out.get(), c.q.get(), c.k_pool.get(),
+                                      c.v_pool.get(), c.d_table.get(), c.d_lens.get(),
+                                      c.max_context_len, c.scale, ws);
+  });
+  EXPECT_NE(msg.find("half or bf16"), std::string::npos) << msg;
+}
+
+// Stretch exercise: attend_block_gqa. The CUDA-core versions (gqa, split, pipelined) on
+// every case, block size 8 included (the ring at block size 8 runs this math too).
+class StretchGqa : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StretchGqa, EveryCudaCoreVersionMatchesTheReference) {
+  check_golden(GetParam(), {Version::gqa}, {Version::split, Version::pipelined});
+}
+
+std::vector<std::string> all_cases() {
+  std::vector<std::string> all = cases("ch04", "decode_", false), bs8 = cases("ch04", "decode_", true);
+  all.insert(all.end(), bs8.begin(), bs8.end());
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch09, StretchGqa, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param; });
+
+// Stretch exercise: plan_splits. decode() plans the split itself (the tensor-core math).
+class StretchSplitPlanDecode : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StretchSplitPlanDecode, ThePlannersSplitMatchesTheReference) {
+  check_golden(GetParam(), {Version::tensor_core}, {});
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch09, StretchSplitPlanDecode,
+                         ::testing::ValuesIn(cases("ch04", "decode_", false)),
+                         [](const auto& info) { return info.param; });
+
+TEST(StretchSplitPlan, FillsAboutOneWave) {
   // 256 (sequence, KV head) units, 132 SMs x 3 resident blocks: one wave holds 396.
+  // Exact values, worked by hand from the contract in split_plan.cpp's TODO.
   const SplitPlan a = pa::ch09::plan_splits(256, 4096, 16, 132, 3);
-  EXPECT_EQ(a.splits, 1);
+  EXPECT_EQ(a.splits, 1);  // 396 / 256 = 1 (rounded down: 2 would be more than a wave)
+  EXPECT_EQ(a.partition_size, 4096);
   const SplitPlan b = pa::ch09::plan_splits(64, 32768, 16, 132, 3);  // B=8, Hkv=8, 32K
-  EXPECT_EQ(b.splits, 6);
+  EXPECT_EQ(b.splits, 6);  // 396 / 64; 2048 blocks: ceil(2048 / 6) = 342 blocks each
+  EXPECT_EQ(b.partition_size, 342 * 16);
   EXPECT_LE(64 * b.splits, 132 * 3);
   EXPECT_GE(int64_t(b.splits) * b.partition_size, 32768);
   EXPECT_EQ(b.partition_size % 16, 0);
@@ -104,12 +163,13 @@ TEST(SplitPlan, FillsAboutOneWave) {
   EXPECT_EQ(c.partition_size, 208);
   const SplitPlan d = pa::ch09::plan_splits(1, 1000, 8, 132, 4);  // 125 blocks
   EXPECT_EQ(d.splits, 14);  // 15 partitions of 9 blocks would leave the last one empty
+  EXPECT_EQ(d.partition_size, 9 * 8);
   EXPECT_GE(int64_t(d.splits) * d.partition_size, 1000);
   EXPECT_LT(int64_t(d.splits - 1) * d.partition_size, 1000);  // no empty partition
   EXPECT_EQ(pa::ch09::plan_splits(4, 0, 16, 132, 4).splits, 1);  // empty contexts
 }
 
-TEST(SplitPlan, HeadsPerBlock) {
+TEST(Decode, HeadsPerBlock) {
   auto gq = [](int hq, int hkv) {
     return pa::ch09::heads_per_block(PagedAttentionShape{1, hq, hkv, 128, 16, 1, 1});
   };
@@ -152,8 +212,9 @@ TEST(Decode, BadInputIsRefused) {
 // Host-built cases for paths the golden cases do not reach: one partition long enough
 // that each warp walks more than 32 blocks (its block ids are refetched every 32), and
 // head size 256 with blocks of 32, where no ring fits and the tensor-core math reads
-// global memory directly.
-TEST(Decode, LongPartitionsAndDirectTensorCores) {
+// global memory directly. `versions`: the tensor-core one (core), or the CUDA-core ones
+// (stretch: attend_block_gqa).
+void long_partitions(std::initializer_list<Version> versions) {
   struct Case {
     int hq, hkv, d, bs, len;
   };
@@ -178,7 +239,7 @@ TEST(Decode, LongPartitionsAndDirectTensorCores) {
     const float scale = 1.f / std::sqrt(float(k.d));
     const auto want = pa::test::host_paged_decode(s, q, kc, vc, table, lens, scale);
     const SplitPlan one{1, blocks * k.bs};
-    for (Version v : {Version::split, Version::pipelined, Version::tensor_core}) {
+    for (Version v : versions) {
       pa::test::poison(out);
       pa::ch09::decode_with_plan<pa::half>(v, one, s, out.get(), dq.get(), dk.get(), dv.get(),
                                            dt.get(), dl.get(), k.len, scale, ws);
@@ -188,10 +249,16 @@ TEST(Decode, LongPartitionsAndDirectTensorCores) {
   }
 }
 
+TEST(Decode, LongPartitionsAndDirectTensorCores) { long_partitions({Version::tensor_core}); }
+
+TEST(StretchGqaLong, LongPartitionsOnTheCudaCores) {
+  long_partitions({Version::split, Version::pipelined});
+}
+
 // GPU only: 32K-token contexts (and one much shorter sequence beside them) against a
-// float64 host reference, for every version, GQA 4 and 8.
-TEST(DecodeLong, ThirtyTwoThousandTokens) {
-  if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "long contexts run on the GPU";
+// float64 host reference, GQA 4 and 8: the ring on given plans (core), every version with
+// the planner's split (stretch: both exercises).
+void thirty_two_thousand_tokens(bool core) {
   const int len = 32768, bs = 16, blocks = len / bs;
   for (int hkv : {2, 1}) {
     const PagedAttentionShape s{2, 8, hkv, 128, bs, 2 * blocks + 7, blocks};
@@ -212,7 +279,17 @@ TEST(DecodeLong, ThirtyTwoThousandTokens) {
     pa::ch09::Workspace ws;
     const float scale = 0.0883883f;
     const auto want = pa::test::host_paged_decode(s, q, k, v, table, lens, scale);
+    for (int splits : {1, 6}) {
+      if (!core) break;
+      pa::test::poison(out);
+      pa::ch09::decode_with_plan<pa::half>(Version::tensor_core, forced_plan(splits, len, bs), s,
+                                           out.get(), dq.get(), dk.get(), dv.get(), dt.get(),
+                                           dl.get(), len, scale, ws);
+      EXPECT_TRUE(pa::test::all_close(out.download(), want, pa::test::decode_out_dims(s), 2e-3, 2e-3))
+          << "tensor_core, " << splits << " partitions, Hkv " << hkv;
+    }
     for (Version ver : kVersions) {
+      if (core) break;
       pa::test::poison(out);
       pa::ch09::decode<pa::half>(ver, s, out.get(), dq.get(), dk.get(), dv.get(), dt.get(),
                                  dl.get(), len, scale, ws);
@@ -220,6 +297,16 @@ TEST(DecodeLong, ThirtyTwoThousandTokens) {
           << pa::ch09::name_of(ver) << ", Hkv " << hkv;
     }
   }
+}
+
+TEST(DecodeLong, ThirtyTwoThousandTokens) {
+  if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "long contexts run on the GPU";
+  thirty_two_thousand_tokens(true);
+}
+
+TEST(StretchDecodeLong, ThirtyTwoThousandTokens) {
+  if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "long contexts run on the GPU";
+  thirty_two_thousand_tokens(false);
 }
 
 }  // namespace
