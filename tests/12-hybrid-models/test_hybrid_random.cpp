@@ -246,3 +246,124 @@ TEST(HybridRandom, ModelHoldsUnderRandomOperations) {
 }
 
 }  // namespace
+
+namespace {
+
+// With prefix caching: the model keeps what each pool slot holds (per group: the token id
+// written there), so a hit that hands out the wrong block, or a cached block evicted while
+// someone still reads it, shows as a visible position that holds another token.
+TEST(StretchPrefixHit, RandomOperationsWithCachingKeepEveryVisibleToken) {
+  const int bs = 8, num_blocks = 40;
+  const std::vector<LayerGroup> groups = {pa::ch12::full_group(), pa::ch12::sliding_group(11)};
+  HybridBlockManager m(num_blocks, bs, groups, /*prefix_caching=*/true);
+  std::mt19937 rng(4242);
+  struct Seq {
+    std::vector<int> stream;  // its tokens, those to come included
+    int length = 0, freed_at = 0;
+  };
+  std::map<int, Seq> model;
+  std::vector<std::vector<int>> content(groups.size(), std::vector<int>(size_t(num_blocks) * bs, -1));
+  std::vector<std::vector<int>> prompts;
+  for (int f = 0; f < 3; ++f) {
+    prompts.emplace_back();
+    for (int i = 0; i < 40 + 8 * f; ++i) prompts.back().push_back(1000 * (f + 1) + i);
+  }
+  std::vector<std::string> ops;
+  int next_id = 0, next_token = 1 << 20, hits = 0, hit_tokens = 0, evicting = 0;
+  auto pick = [&] { return std::next(model.begin(), rng() % model.size())->first; };
+  for (int step = 0; step < 3000; ++step) {
+    int op = int(rng() % 10);
+    if (op >= 4 && m.num_free() < 10 && rng() % 2) op = 2;
+    if (model.empty()) op = 0;
+    if (op == 0) {
+      const int id = next_id++, f = int(rng() % prompts.size());
+      const int hit = m.match_prefix(prompts[size_t(f)], int(prompts[size_t(f)].size()) - 1);
+      ops.push_back("add_sequence(seq " + std::to_string(id) + ", prompt " + std::to_string(f) + ", hit " +
+                    std::to_string(hit) + ")");
+      m.add_sequence(id, prompts[size_t(f)], hit);
+      model[id] = Seq{prompts[size_t(f)], hit, hit};
+      hits += hit > 0;
+      hit_tokens += hit;
+    } else if (op == 1 && model.size() < 8) {
+      const int parent = pick(), child = next_id++;
+      ops.push_back("fork(seq " + std::to_string(parent) + " -> seq " + std::to_string(child) + ")");
+      m.fork(parent, child);
+      Seq c = model[parent];
+      c.stream.resize(size_t(c.length));  // the child's own tokens from here on
+      model[child] = c;
+    } else if (op == 2) {
+      const int id = pick();
+      ops.push_back("release(seq " + std::to_string(id) + ")");
+      m.release(id);
+      model.erase(id);
+    } else if (op == 3) {
+      const int id = pick();
+      ops.push_back("free_dead_blocks(seq " + std::to_string(id) + ")");
+      m.free_dead_blocks(id);
+      model[id].freed_at = model[id].length;
+    } else {
+      const int id = pick(), n = int(rng() % (2 * bs + 2));
+      Seq& s = model[id];
+      ops.push_back("append_slots(seq " + std::to_string(id) + ", " + std::to_string(n) + ") and commit");
+      std::vector<std::vector<int64_t>> got;
+      const int evictable_before = m.num_evictable(), pool_free_before = m.pool().num_free();
+      try {
+        got = m.append_slots(id, n);
+        if (m.num_evictable() < evictable_before && pool_free_before == 0) ++evicting;
+      } catch (const pa::ch02::OutOfBlocks&) {
+        ops.back() += " (out of blocks)";
+        got.clear();
+      }
+      if (!got.empty()) {
+        for (size_t g = 0; g < groups.size(); ++g)
+          for (const auto& cp : m.take_copies(int(g)))
+            for (int o = 0; o < bs; ++o)
+              content[g][size_t(cp.dst) * bs + o] = content[g][size_t(cp.src) * bs + o];
+        while (int(s.stream.size()) < s.length + n) s.stream.push_back(next_token++);
+        for (size_t g = 0; g < groups.size(); ++g)
+          for (int i = 0; i < n; ++i) content[g][size_t(got[g][size_t(i)])] = s.stream[size_t(s.length + i)];
+        s.freed_at = s.length;
+        s.length += n;
+        m.commit(id, s.stream, s.length);
+      }
+    }
+    SCOPED_TRACE(last_ops(ops));
+    std::vector<std::map<int, int>> owners(groups.size());
+    for (const auto& [id, s] : model)
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const auto& table = m.block_list(int(g), id);
+        ASSERT_EQ(int(table.size()), (s.length + bs - 1) / bs) << "sequence " << id << ", group " << g;
+        const int dead = model_dead(groups[g], s.freed_at, bs, int(table.size()));
+        for (int j = 0; j < int(table.size()); ++j) {
+          const int b = table[size_t(j)];
+          ASSERT_EQ(b == kNullBlock, j < dead) << "sequence " << id << ", group " << g << ", entry " << j
+                                               << " (dead: the first " << dead << ")";
+          if (b == kNullBlock) continue;
+          ++owners[g][b];
+          for (int p = j * bs; p < std::min(s.length, j * bs + bs); ++p)
+            ASSERT_EQ(content[g][size_t(b) * bs + p % bs], s.stream[size_t(p)])
+                << "sequence " << id << ", group " << g << ": position " << p << " (block " << b
+                << ") holds another token: a wrong hit, or a block evicted or reused while still seen";
+        }
+      }
+    int held = 0, unowned_allocated = 0;
+    for (int b = 1; b < num_blocks; ++b) {
+      int holding = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const int want = owners[g].count(b) ? owners[g][b] : 0;
+        ASSERT_EQ(m.group(int(g)).refcount(b), want) << "block " << b << " in group " << g;
+        holding += want > 0;
+      }
+      ASSERT_LE(holding, 1) << "block " << b << " is in two groups' tables";
+      held += holding;
+      if (!holding && m.pool().is_allocated(b)) ++unowned_allocated;
+    }
+    ASSERT_EQ(m.num_held(), held);
+    ASSERT_EQ(m.num_evictable(), unowned_allocated) << "the cache's evictable blocks are the allocated, unowned ones";
+  }
+  EXPECT_GT(hits, 30) << "prompts should hit the cache";
+  EXPECT_GT(hit_tokens, 30 * 40);
+  EXPECT_GT(evicting, 20) << "appends should evict cached blocks when the pool has no free one";
+}
+
+}  // namespace
