@@ -49,6 +49,17 @@ void decode_attention(const DenseShape& s, T* out, const T* q, const T* k_cache,
                       const T* v_cache, const int* context_lens, float scale,
                       cudaStream_t stream = nullptr);
 
+// Many new tokens at once (chapter 1's stretch exercise, append_kv_varlen.cu):
+// k_new, v_new: [num_tokens, num_kv_heads, head_size], the new tokens of sequence 0, then
+// of sequence 1, ...; cu_tokens: [num_seqs + 1] running sums of the sequences' new-token
+// counts (0 first, num_tokens last); start: [num_seqs] the position of each sequence's first
+// new token. Token cu_tokens[b] + j goes to slot start[b] + j of sequence b. Device
+// pointers; positions must be < max_seq_len.
+template <typename T>
+void append_kv_varlen(const DenseShape& s, T* k_cache, T* v_cache, const T* k_new, const T* v_new,
+                      int num_tokens, const int* cu_tokens, const int* start,
+                      cudaStream_t stream = nullptr);
+
 // A dense cache that owns its device buffers and keeps each sequence's length on the
 // host, so that every call is checked before a kernel runs.
 template <typename T>
