@@ -59,4 +59,14 @@ void paged_attention(const PagedAttentionShape& s, T* out, const T* q, const T* 
                      const T* v_pool, const int* block_table, const int* context_lens,
                      int max_context_len, float scale, Workspace& ws, cudaStream_t stream = nullptr);
 
+// Chapter 5's stretch exercise (merge_states.cu): merges two attentions of the same rows
+// over two disjoint sets of keys, each given as its output and its log-sum-exp (natural log;
+// -inf for an empty set, whose output is ignored). out_a, out_b, out: [num_rows, head_size];
+// lse_a, lse_b, lse_out: [num_rows]. out = (e^lse_a out_a + e^lse_b out_b) / (e^lse_a +
+// e^lse_b), lse_out = log(e^lse_a + e^lse_b) (lse_out may be null); both empty: 0 and -inf.
+// Device pointers.
+template <typename T>
+void merge_attention_states(T* out, float* lse_out, const T* out_a, const float* lse_a, const T* out_b,
+                            const float* lse_b, int num_rows, int head_size, cudaStream_t stream = nullptr);
+
 }  // namespace pa::ch05
