@@ -2,6 +2,8 @@
 // blocks, NaN in every slot and table entry the kernel must not read, and edge lengths.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "paged_case.h"
 #include "pa/ch04_paged_attention.h"
 
@@ -47,6 +49,33 @@ TEST_P(PagedV1Golden, MatchesReferenceAndIgnoresBlockPlacement) {
 INSTANTIATE_TEST_SUITE_P(Ch04, PagedV1Golden,
                          ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
                          [](const auto& info) { return info.param; });
+
+// On a GPU the slots a kernel must not read hold stale, finite values (an earlier
+// sequence's tokens), not NaN. Here every such slot (past context_len in a partial last
+// block, and every block the table does not name) holds 1000, which scores far above the
+// real tokens: a kernel that lets a slot at or past `valid` into the block's max or sums
+// loses the real tokens' weights. (fmaxf ignores NaN, so the NaN-poisoned cases above
+// cannot show a score that is left unmasked.)
+TEST(PagedV1StaleSlots, UnusedSlotsHoldingLargeValuesAreIgnored) {
+  for (const char* name : {"decode_fp16_d64_bs8_g1_edges7_8_9", "decode_fp16_d128_bs16_g2_edges15_16_17",
+                           "decode_fp16_d64_bs32_g2_edges31_32_33"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase g(pa::test::golden_dir("ch04") + "/" + name);
+    PagedCase<pa::half> c(g);
+    auto stale = [](std::vector<float> x) {
+      for (float& e : x)
+        if (std::isnan(e)) e = 1000.f;
+      return x;
+    };
+    c.k_pool.upload(pa::test::to_dtype<pa::half>(stale(g.get<float>("k_pool"))));
+    c.v_pool.upload(pa::test::to_dtype<pa::half>(stale(g.get<float>("v_pool"))));
+    EXPECT_TRUE(pa::test::all_close(run_v1(c), c.expected, pa::test::decode_out_dims(c.shape), c.atol, c.rtol))
+        << "case " << name << ", with every unused slot holding 1000 instead of NaN: the kernel read a slot "
+        << "it must not. Either a slot at or past a block's `valid` tokens (past context_len) was let into "
+        << "the scores, the max or the sums, or the read is outside the blocks and the KV head the table "
+        << "names (then the golden cases fail too, and say so)";
+  }
+}
 
 TEST(PagedV1Errors, UnsupportedShapesAreRefused) {
   pa::DeviceBuffer<float> buf(1024);
