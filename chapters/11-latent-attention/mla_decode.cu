@@ -61,9 +61,21 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
   const int g = grid > 0 ? grid : mla_wave_size(dtype);
   // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
-  plan_ = ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens);
+  use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream);
+}
+// ANCHOR_END: plan
+
+void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream) {
+  planned_ = false;
+  check_dtype(dtype);
+  check_mla_shape(s);
+  PA_REQUIRE(plan.grid >= 1 && plan.cta_start.size() == size_t(plan.grid) + 1 &&
+                 plan.cta_start.front() == 0 && plan.cta_start.back() == int(plan.items.size()),
+             "use_plan: cta_start must have grid + 1 entries, from 0 to the number of items");
+  plan_ = plan;
   shape_ = s;
   dtype_ = dtype;
+  const int g = plan_.grid;
   // The device's layout: item k of thread block c at [k * grid + c], empty places seq -1.
   rounds_ = 0;
   for (int c = 0; c < g; ++c)
@@ -84,7 +96,6 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
                                   cudaMemcpyHostToDevice, stream));
   planned_ = true;
 }
-// ANCHOR_END: plan
 
 void MlaDecode::poison_workspace() {
   max_logits_.fill_bytes(0xff);

@@ -162,6 +162,11 @@ class MlaDecode {
   void run(T* out, const T* q, const T* latent_pool, const int* block_table, const int* seq_lens,
            const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
 
+  // Lays out and uploads `plan` (plan() is make_plan, then this). Tests call it with plans
+  // make_plan never makes: chunks that end inside a 32-row stage, at any token. A plan must
+  // cover the batch as make_plan's do (ch10::Plan, ch10::WorkItem); only cta_start is checked.
+  void use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream = nullptr);
+
   const ch10::Plan& host_plan() const { return plan_; }
   void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
 

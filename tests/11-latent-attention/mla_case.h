@@ -60,6 +60,17 @@ struct MlaCase {
     return out.download();
   }
 
+  // Runs a plan made by hand (MlaDecode::use_plan).
+  std::vector<T> run_plan(const ch10::Plan& plan) {
+    ch11::MlaDecode mla;
+    mla.use_plan(shape, dtype_of<T>(), plan);
+    mla.poison_workspace();
+    poison(out);
+    mla.run(out.get(), q.get(), pool.get(), d_table.get(), d_seq_lens.get(), d_qsl.get(), scale);
+    PA_CUDA_CHECK(cudaDeviceSynchronize());
+    return out.download();
+  }
+
   std::string name;
   ch11::MlaShape shape{};
   std::vector<int> table, seq_lens, qsl;
