@@ -27,6 +27,7 @@ from pa_ref.paged import blocks_for, token_slot  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 import style as st  # noqa: E402
+import ch11  # noqa: E402  (chapter 11's figures)
 import ch12  # noqa: E402  (chapter 12's figure)
 from style import (BLUE, GREEN, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED,  # noqa: E402
                    SEQ_COLOURS, SKY)
@@ -1068,6 +1069,8 @@ FIGURES = {
     "mma-fragment": mma_fragment,
     "varlen-tiles": varlen_tiles,
     "varlen-plan": varlen_plan,
+    "mla-cache": ch11.mla_cache,  # book/figures/ch11.py
+    "mla-absorbed": ch11.mla_absorbed,
     "hybrid-window": ch12.hybrid_window,  # book/figures/ch12.py
 }
 

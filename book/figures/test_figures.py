@@ -250,3 +250,27 @@ def test_hybrid_window(drawn):
     assert pool.count("sliding") == sum(b != 0 for b in last["sliding"])
     assert pool.count("free") == info["free"] == info["num_blocks"] - 1 - pool.count("full") - pool.count("sliding")
     assert info["reused"] is not None  # the figure's text names a block both groups held in turn
+
+
+def test_mla_cache(drawn):
+    from pa_ref import mla
+
+    fig, info = drawn["mla-cache"]
+    ax = fig.axes[0]
+    # To scale: a cell is 128 bytes, and the counts are the reference's byte counts.
+    assert info["mla"]["bytes"] == mla.mla_bytes_per_token() == 1152
+    assert info["gqa"]["bytes"] == mla.kv_bytes_per_token(8, 128) == 4096
+    assert info["mha"]["bytes"] == mla.kv_bytes_per_token(128, 128) == 65536
+    for key in ("mla", "gqa", "mha"):
+        assert len(figures.tagged(ax, f"cell-{key}")) == info[key]["bytes"] // 128, key
+
+
+def test_mla_absorbed(drawn):
+    from pa_ref import mla
+
+    fig, info = drawn["mla-absorbed"]
+    ax = fig.axes[0]
+    assert info["gap"] < 1e-12  # the caption's claim: naive == absorbed
+    assert info["latent_units"] * 64 == mla.D_C and info["rope_units"] * 64 == mla.D_ROPE
+    assert len(figures.tagged(ax, "row-latent")) == 4 * info["latent_units"]
+    assert len(figures.tagged(ax, "row-rope")) == 4 * info["rope_units"]
