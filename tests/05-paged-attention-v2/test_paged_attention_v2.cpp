@@ -86,6 +86,49 @@ TEST(PagedV2, MaxContextBeyondTheTableIsRefused) {
   EXPECT_TRUE(contains_text(msg, "beyond the table's capacity"));
 }
 
+// The merge's common max must be the largest of ALL the partitions' maxes. Any common base
+// gives the same softmax on paper, so the golden cases (scores within a few units of each
+// other) cannot tell; here one key scores 100 (exp(100) overflows fp32) in a single
+// partition: the last of three (sequence 0), the middle one (sequence 1), the first one
+// (sequence 2). A merge whose M misses that partition computes exp(100 - M) = inf and NaN.
+TEST(PagedV2, MergeRescalesToTheLargestMaxOfAnyPartition) {
+  const int len = 1100, bs = 16, blocks = (len + bs - 1) / bs;  // partitions of 512, 512, 76
+  const PagedAttentionShape s{3, 2, 1, 64, bs, 3 * blocks, blocks};
+  const int D = s.head_size, x = 16 / int(sizeof(float));
+  std::mt19937 rng(26);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> k(size_t(s.num_blocks) * s.num_kv_heads * D * bs), v(k.size()),
+      q(size_t(s.num_seqs) * s.num_q_heads * D);
+  for (auto& e : k) e = normal(rng);
+  for (auto& e : v) e = normal(rng);
+  for (auto& e : q) e = normal(rng);
+  std::vector<int> table(size_t(s.num_seqs) * blocks), lens(size_t(s.num_seqs), len);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  const float scale = 0.125f;
+  const int outlier[3] = {1050, 700, 100};  // in partition 2, 1, 0
+  for (int b = 0; b < s.num_seqs; ++b) {
+    // Key `outlier[b]` = c * (query head 0 of sequence b), with c * |q|^2 * scale = 100.
+    const float* qb = &q[size_t(b) * s.num_q_heads * D];
+    double qq = 0;
+    for (int d = 0; d < D; ++d) qq += double(qb[d]) * qb[d];
+    const int t = outlier[b];
+    const int64_t base = int64_t(table[size_t(b) * blocks + t / bs]) * D * bs;  // one KV head
+    for (int d = 0; d < D; ++d)
+      k[size_t(base + (int64_t(d / x) * bs + t % bs) * x + d % x)] = float(100.0 / (qq * scale) * qb[d]);
+  }
+  pa::DeviceBuffer<float> dk(k), dv(v), dq(q), out(q.size());
+  pa::DeviceBuffer<int> dt(table), dl(lens);
+  pa::ch05::Workspace ws;
+  pa::test::poison(out);
+  pa::ch05::paged_attention_v2<float>(s, out.get(), dq.get(), dk.get(), dv.get(), dt.get(), dl.get(),
+                                      len, scale, ws);
+  const auto want = pa::test::host_paged_decode(s, q, k, v, table, lens, scale);
+  EXPECT_TRUE(pa::test::all_close(out.download(), want, pa::test::decode_out_dims(s), 1e-5, 1e-5))
+      << "one key of score 100 in partition 2 (sequence 0), 1 (sequence 1), 0 (sequence 2): the "
+         "merge must rescale every partition to the largest max_logit of all of them";
+}
+
 // GPU only: 32K-token contexts against a float64 host reference, and v1 against v2 there.
 TEST(PagedV2Long, ThirtyTwoThousandTokens) {
   if (std::string(PA_BACKEND_NAME) != "cuda") GTEST_SKIP() << "long contexts run on the GPU";

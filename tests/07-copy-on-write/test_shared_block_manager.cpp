@@ -30,6 +30,12 @@ std::string op_text(int kind, int seq, int n, int parent) {
   return "operation kind " + std::to_string(kind) + " (seq " + s + ")";
 }
 
+// Why a block that append_slots returns a slot in must have count 1.
+std::string refcount_of_written(int64_t block) {
+  return "block " + std::to_string(block) + " is written: its count must be 1 (0: a block no " +
+         "sequence owns, its count never set; more than 1: a write into a shared block)";
+}
+
 class ScriptGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ScriptGolden, ReplayMatchesReferenceModel) {
@@ -55,8 +61,13 @@ TEST_P(ScriptGolden, ReplayMatchesReferenceModel) {
           ASSERT_EQ(m.length(seq[i]), before);
         } else {
           for (int64_t s : m.append_slots(seq[i], n[i])) {
-            ASSERT_EQ(s, slots[next_slot++]);
-            ASSERT_EQ(m.refcount(int(s / m.block_size())), 1) << "a write into a shared block";
+            const int64_t want = slots[next_slot++];
+            ASSERT_EQ(s, want) << "slot (block * block_size + offset): got block " << s / m.block_size()
+                               << ", want block " << want / m.block_size()
+                               << ". A block other than the reference's: blocks come from the free list,"
+                               << " in the order earlier releases gave them back (first block first)"
+                               << " and copies took them";
+            ASSERT_EQ(m.refcount(int(s / m.block_size())), 1) << refcount_of_written(s / m.block_size());
           }
         }
       }
@@ -159,7 +170,7 @@ TEST(SharedBlockManager, InvariantsHoldUnderRandomInterleavings) {
           try {
             const auto got = m.append_slots(it->first, n);
             ASSERT_EQ(got.size(), size_t(n));
-            for (int64_t s : got) ASSERT_EQ(m.refcount(int(s / bs)), 1) << "a write into a shared block";
+            for (int64_t s : got) ASSERT_EQ(m.refcount(int(s / bs)), 1) << refcount_of_written(s / bs);
             // Copy-on-write moved the tail: the model's slots of that block move with it.
             for (const auto& cp : m.take_copies())
               for (int64_t& s : it->second)

@@ -2,6 +2,7 @@
 // prefix cache's traps, no block leaks after a trace drains, bad requests are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 
@@ -107,6 +108,36 @@ TEST(Preemption, SwapFallsBackToRecomputeWithoutHostSpace) {
   const auto out = run_engine(cfg, small_trace(), &st);
   EXPECT_GT(st.recomputes, 0);
   EXPECT_EQ(out, unpreempted_outputs());
+}
+
+// The scheduler's order: a request preempted for recompute goes back to the FRONT of the
+// waiting queue, ahead of requests that arrived after it. Four blocks: requests 0 and 1
+// (16-token prompts, 40 new tokens, up to 4 blocks each) start together; at 33 tokens each
+// needs a third block, so request 1, the newest, is preempted. Request 2 (arrived at step 1)
+// waits behind it: request 1 comes back when request 0 is done, and request 2 after it.
+TEST(Preemption, ARecomputedRequestGoesBackAheadOfLaterArrivals) {
+  EngineConfig cfg;
+  cfg.num_blocks = 4;
+  cfg.block_size = 16;
+  cfg.max_num_seqs = 2;
+  cfg.max_seq_len = 64;
+  cfg.preemption = Preemption::recompute;
+  cfg.prefix_caching = false;
+  pa::ch08::Engine engine(tiny_model(), cfg);
+  engine.add_request({0, random_tokens(16, 101), 40, 0, {}});
+  engine.add_request({1, random_tokens(16, 102), 40, 0, {}});
+  engine.add_request({2, random_tokens(16, 103), 8, 1, {}});
+  std::vector<int> finish_order;
+  for (int step = 0; step < 1000 && !engine.done(); ++step) {
+    engine.step();
+    for (const auto& [id, tokens] : engine.outputs())
+      if (std::find(finish_order.begin(), finish_order.end(), id) == finish_order.end()) finish_order.push_back(id);
+  }
+  ASSERT_TRUE(engine.done());
+  ASSERT_GT(engine.stats().recomputes, 0) << "the pool was meant to run out";
+  EXPECT_EQ(finish_order, (std::vector<int>{0, 1, 2}))
+      << "the order the requests finished in: request 1, preempted for recompute while request 2 "
+         "waited, goes back to the FRONT of waiting_, so it runs (and finishes) before request 2";
 }
 
 // Trap 1: a prompt whose every block is cached. The last token must still be computed
@@ -215,6 +246,25 @@ TEST(PrefixCache, HashChainsTheParent) {
   m.release(0);
   EXPECT_EQ(m.num_evictable(), 2);
   EXPECT_EQ(m.num_free(), 8);
+}
+
+// A hash names a block, but only the tokens prove it: two different blocks of 8 tokens
+// with the same chain hash (b's last two tokens were found by a search over 2^32 values
+// that inverts the hash's last mixing step). The cached block a must not be handed out for b.
+TEST(PrefixCache, ACollidingHashIsNoHit) {
+  const std::vector<int> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int> b = {101, 102, 103, 104, 105, 106, -21330887, 1767631822};
+  ASSERT_EQ(pa::ch08::block_hash(pa::ch08::kRootHash, a.data(), 8),
+            pa::ch08::block_hash(pa::ch08::kRootHash, b.data(), 8))
+      << "blocks a and b were chosen for their equal hashes (block_hash changed?)";
+  pa::ch08::CachingBlockManager m(4, 8);
+  m.add_sequence(0, {});
+  m.append_slots(0, 8);
+  m.commit(0, a, 8);
+  ASSERT_EQ(m.num_cached(), 1);
+  EXPECT_EQ(m.match_prefix(a, 8).size(), 1u) << "match_prefix: block a is cached";
+  EXPECT_TRUE(m.match_prefix(b, 8).empty())
+      << "match_prefix: block b has cached block a's hash but other tokens: a collision, no hit";
 }
 
 TEST(Engine, DenseAndPagedPoliciesGiveTheSameTokens) {
