@@ -75,6 +75,30 @@ void HybridBlockManager::release(int seq_id) {
   hashes_.erase(seq_id);
 }
 
+int HybridBlockManager::restore_blocks(int length) const {
+  PA_REQUIRE(length >= 0, "restore: negative length " << length);
+  const int total = (length + block_size_ - 1) / block_size_;
+  int need = 0;
+  for (const auto& g : groups_)
+    need += total - std::min(first_needed_block(g->layer_group(), length, block_size_), total);
+  return need;
+}
+
+void HybridBlockManager::restore(int seq_id, int length) {
+  PA_REQUIRE(!has_sequence(seq_id), "restore: sequence " << seq_id << " already exists");
+  const int need = restore_blocks(length);
+  if (need > num_free())
+    throw ch02::OutOfBlocks("restore: sequence " + std::to_string(seq_id) + " needs " + std::to_string(need) +
+                            " blocks, only " + std::to_string(num_free()) + " are free");
+  const int total = (length + block_size_ - 1) / block_size_;
+  for (auto& g : groups_) {
+    const int dead = std::min(first_needed_block(g->layer_group(), length, block_size_), total);
+    std::vector<int> table(size_t(dead), kNullBlock);
+    while (int(table.size()) < total) table.push_back(take_pool_block());
+    g->add_with(seq_id, table, length);
+  }
+}
+
 // ---- The pool, with the prefix cache's evictable blocks --------------------------------
 
 int HybridBlockManager::take_pool_block() {

@@ -119,6 +119,13 @@ class HybridBlockManager {
   // Returns the blocks given back to the pool. append_slots does it too, first.
   int free_dead_blocks(int seq_id);
   void release(int seq_id);            // every group; "release: unknown sequence S"
+  // Swap-in (or any restart of a sequence whose K/V the caller copies back): starts seq_id
+  // (a new id) with `length` computed tokens, holding in each group fresh blocks for the
+  // entries a query from `length` on can see, null entries before them: what a swapped-out
+  // sequence needs back, no more (its swap-out copied block_list's non-null entries).
+  // Throws ch02::OutOfBlocks, changing nothing, if restore_blocks(length) > num_free().
+  void restore(int seq_id, int length);
+  int restore_blocks(int length) const;  // the blocks restore(_, length) takes
   std::vector<ch07::BlockCopy> take_copies(int group);  // that group's pending copies
 
   // The pool blocks append_slots(seq_id, n) takes (new blocks and copies, every group),

@@ -150,3 +150,30 @@ TEST(HybridErrors, BadConfigurationsAndCallsAreRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// Swap-in: a sequence restarted at 40 tokens holds fresh blocks for what its queries can
+// still see, in each group, and null entries before them.
+TEST(HybridHand, RestoreHoldsOnlyWhatTheWindowSees) {
+  HybridBlockManager m(16, 8, {full_group(), sliding_group(10)});
+  EXPECT_EQ(m.restore_blocks(40), 5 + 2) << "the full group's 5 blocks, the sliding group's last 2 (31..39 and the next)";
+  m.restore(4, 40);
+  EXPECT_EQ(m.length(4), 40);
+  EXPECT_EQ(shape(m.block_list(0, 4)), ". . . . .");
+  EXPECT_EQ(shape(m.block_list(1, 4)), "N N N . .") << "the query at 40 sees 31..40: blocks 3 and 4";
+  EXPECT_EQ(m.num_held(), 7);
+  for (int g = 0; g < 2; ++g)
+    for (int b : m.block_list(g, 4))
+      if (b != kNullBlock) EXPECT_EQ(m.group(g).refcount(b), 1) << "group " << g << ", block " << b;
+  m.append_slots(4, 1);
+  EXPECT_EQ(m.num_held(), 7 + 2) << "position 40 opens a block in each group";
+  EXPECT_TRUE(error_contains([&] { m.restore(5, 64); }, "restore: sequence 5 needs 10 blocks, only 6 are free"));
+  EXPECT_FALSE(m.has_sequence(5)) << "a failed restore changes nothing";
+  EXPECT_EQ(m.num_free(), 6);
+  EXPECT_TRUE(error_contains([&] { m.restore(4, 8); }, "restore: sequence 4 already exists"));
+  m.release(4);
+  EXPECT_EQ(m.num_free(), 15);
+}
+
+}  // namespace

@@ -186,6 +186,29 @@ TEST(HybridRandom, ModelHoldsUnderRandomOperations) {
         ops.push_back(what);
         m.free_dead_blocks(id);
         model[id].freed_at = model[id].length;
+      } else if (op == 7) {
+        // Swapped out and back: released, then restored at its length with fresh blocks for
+        // what its queries can still see (the caller copies the K/V back).
+        const int id = pick(), len = model[id].length;
+        what = "swap out and in(seq " + std::to_string(id) + ", " + std::to_string(len) + " tokens)";
+        ops.push_back(what);
+        m.release(id);
+        try {
+          m.restore(id, len);
+        } catch (const pa::ch02::OutOfBlocks&) {
+          ops.back() += " (out of blocks: stays swapped out)";
+          model.erase(id);
+          released.insert(id);
+        }
+        if (model.count(id)) {
+          ModelSeq& s = model[id];
+          s.freed_at = len;
+          for (size_t g = 0; g < groups.size(); ++g) {
+            const auto& table = m.block_list(int(g), id);
+            for (int p = 0; p < len; ++p)
+              if (table[size_t(p / bs)] != kNullBlock) s.slots[g][size_t(p)] = int64_t(table[size_t(p / bs)]) * bs + p % bs;
+          }
+        }
       } else if (op <= 6) {
         // A step of several sequences: step_blocks must be exactly the free blocks it needs.
         std::vector<int> ids, ns;
