@@ -42,6 +42,17 @@ void paged_attention_v1(const PagedAttentionShape& s, T* out, const T* q, const 
                         const T* v_pool, const int* block_table, const int* context_lens,
                         float scale, cudaStream_t stream = nullptr);
 
+// Chapter 4's stretch exercise (paged_attention_suffix.cu): v1 over each sequence's tokens
+// from block first_block[b] on (tokens first_block[b] * block_size .. context_lens[b] - 1;
+// the table's entries before it are never read), writing also lse[b * Hq + h] = log(sum
+// over those tokens of exp(scale * q . k)) (natural log; -inf, and a zero output, when
+// there is none). head_size 64 or 128. Device pointers.
+template <typename T>
+void paged_attention_suffix(const PagedAttentionShape& s, T* out, float* lse, const T* q,
+                            const T* k_pool, const T* v_pool, const int* block_table,
+                            const int* context_lens, const int* first_block, float scale,
+                            cudaStream_t stream = nullptr);
+
 // The checked mode: chapter 3's metadata, validated on the host (a block id out of range,
 // a context_len beyond the table, a negative length are refused with a message) and only
 // then copied to the device, where the kernels can trust it.
