@@ -152,6 +152,16 @@ class HybridBlockManager {
   void commit(int seq_id, const std::vector<int>& tokens, int num_computed);
   int num_evictable() const { return int(evictable_.size()); }
 
+  // Group g's block table for a step, as a kernel of that group reads it: row i is
+  // seq_ids[i]'s table (kNullBlock where the window freed a block), padded with
+  // ch03::kPaddingBlock past its last block. max_blocks_per_seq = 0: the longest table
+  // among them. Throws for an unknown sequence or a table longer than max_blocks_per_seq.
+  struct GroupTable {
+    int max_blocks_per_seq = 0;
+    std::vector<int32_t> block_table;  // [seq_ids.size() * max_blocks_per_seq]
+  };
+  GroupTable block_table(int g, const std::vector<int>& seq_ids, int max_blocks_per_seq = 0) const;
+
   int num_groups() const { return int(groups_.size()); }
   const GroupBlockManager& group(int g) const;
   const std::vector<int>& block_list(int g, int seq_id) const { return group(g).block_list(seq_id); }

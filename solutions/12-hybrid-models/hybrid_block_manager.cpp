@@ -75,6 +75,29 @@ void HybridBlockManager::release(int seq_id) {
   hashes_.erase(seq_id);
 }
 
+HybridBlockManager::GroupTable HybridBlockManager::block_table(int g, const std::vector<int>& seq_ids,
+                                                               int max_blocks_per_seq) const {
+  const GroupBlockManager& m = group(g);
+  GroupTable out;
+  for (int s : seq_ids) {
+    PA_REQUIRE(has_sequence(s), "block_table: unknown sequence " << s);
+    out.max_blocks_per_seq = std::max(out.max_blocks_per_seq, int(m.block_list(s).size()));
+  }
+  if (max_blocks_per_seq > 0) {
+    for (int s : seq_ids)
+      PA_REQUIRE(int(m.block_list(s).size()) <= max_blocks_per_seq,
+                 "block_table: sequence " << s << " has " << m.block_list(s).size()
+                                          << " blocks, more than max_blocks_per_seq " << max_blocks_per_seq);
+    out.max_blocks_per_seq = max_blocks_per_seq;
+  }
+  out.block_table.assign(seq_ids.size() * size_t(out.max_blocks_per_seq), ch03::kPaddingBlock);
+  for (size_t i = 0; i < seq_ids.size(); ++i) {
+    const std::vector<int>& blocks = m.block_list(seq_ids[i]);
+    std::copy(blocks.begin(), blocks.end(), out.block_table.begin() + int64_t(i) * out.max_blocks_per_seq);
+  }
+  return out;
+}
+
 int HybridBlockManager::restore_blocks(int length) const {
   PA_REQUIRE(length >= 0, "restore: negative length " << length);
   const int total = (length + block_size_ - 1) / block_size_;

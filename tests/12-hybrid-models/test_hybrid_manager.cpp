@@ -163,9 +163,11 @@ TEST(HybridHand, RestoreHoldsOnlyWhatTheWindowSees) {
   EXPECT_EQ(shape(m.block_list(0, 4)), ". . . . .");
   EXPECT_EQ(shape(m.block_list(1, 4)), "N N N . .") << "the query at 40 sees 31..40: blocks 3 and 4";
   EXPECT_EQ(m.num_held(), 7);
-  for (int g = 0; g < 2; ++g)
-    for (int b : m.block_list(g, 4))
+  for (int g = 0; g < 2; ++g) {
+    for (int b : m.block_list(g, 4)) {
       if (b != kNullBlock) EXPECT_EQ(m.group(g).refcount(b), 1) << "group " << g << ", block " << b;
+    }
+  }
   m.append_slots(4, 1);
   EXPECT_EQ(m.num_held(), 7 + 2) << "position 40 opens a block in each group";
   EXPECT_TRUE(error_contains([&] { m.restore(5, 64); }, "restore: sequence 5 needs 10 blocks, only 6 are free"));
@@ -174,6 +176,35 @@ TEST(HybridHand, RestoreHoldsOnlyWhatTheWindowSees) {
   EXPECT_TRUE(error_contains([&] { m.restore(4, 8); }, "restore: sequence 4 already exists"));
   m.release(4);
   EXPECT_EQ(m.num_free(), 15);
+}
+
+}  // namespace
+
+namespace {
+
+// The table a kernel reads for one group: null entries stay (0), padding past each
+// sequence's last block is -1.
+TEST(HybridHand, GroupBlockTableForAStep) {
+  HybridBlockManager m(32, 8, {full_group(), sliding_group(9)});
+  m.add_sequence(1);
+  m.add_sequence(2);
+  m.append_slots(1, 30);
+  m.append_slots(2, 12);
+  m.free_dead_blocks(1);  // the query at 30 sees 22..30: blocks 0 and 1 are dead
+  const auto full = m.block_table(0, {2, 1});
+  const auto slide = m.block_table(1, {2, 1});
+  ASSERT_EQ(full.max_blocks_per_seq, 4) << "the longest table among them";
+  const auto& l1 = m.block_list(0, 1);
+  const auto& l2 = m.block_list(0, 2);
+  const std::vector<int32_t> want_full = {l2[0], l2[1], -1, -1, l1[0], l1[1], l1[2], l1[3]};
+  EXPECT_EQ(full.block_table, want_full) << "row i is seq_ids[i]'s table, padded with -1";
+  const auto& s1 = m.block_list(1, 1);
+  const auto& s2 = m.block_list(1, 2);
+  const std::vector<int32_t> want_slide = {s2[0], s2[1], -1, -1, kNullBlock, kNullBlock, s1[2], s1[3]};
+  EXPECT_EQ(slide.block_table, want_slide) << "dead entries are the null block, not padding";
+  EXPECT_EQ(m.block_table(1, {1}, 6).block_table.size(), 6u);
+  EXPECT_TRUE(error_contains([&] { m.block_table(1, {1}, 3); }, "sequence 1 has 4 blocks, more than max_blocks_per_seq 3"));
+  EXPECT_TRUE(error_contains([&] { m.block_table(0, {7}); }, "block_table: unknown sequence 7"));
 }
 
 }  // namespace
