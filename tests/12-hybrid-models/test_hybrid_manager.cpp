@@ -157,7 +157,7 @@ namespace {
 // still see, in each group, and null entries before them.
 TEST(HybridHand, RestoreHoldsOnlyWhatTheWindowSees) {
   HybridBlockManager m(16, 8, {full_group(), sliding_group(10)});
-  EXPECT_EQ(m.restore_blocks(40), 5 + 2) << "the full group's 5 blocks, the sliding group's last 2 (31..39 and the next)";
+  EXPECT_EQ(m.restore_blocks(40), 5 + 2) << "the full group's 5 blocks, the sliding group's blocks 3 and 4 (the query at 40 sees 31..40)";
   m.restore(4, 40);
   EXPECT_EQ(m.length(4), 40);
   EXPECT_EQ(shape(m.block_list(0, 4)), ". . . . .");
@@ -165,7 +165,9 @@ TEST(HybridHand, RestoreHoldsOnlyWhatTheWindowSees) {
   EXPECT_EQ(m.num_held(), 7);
   for (int g = 0; g < 2; ++g) {
     for (int b : m.block_list(g, 4)) {
-      if (b != kNullBlock) EXPECT_EQ(m.group(g).refcount(b), 1) << "group " << g << ", block " << b;
+      if (b != kNullBlock) {
+        EXPECT_EQ(m.group(g).refcount(b), 1) << "group " << g << ", block " << b;
+      }
     }
   }
   m.append_slots(4, 1);
