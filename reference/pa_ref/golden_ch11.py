@@ -113,7 +113,7 @@ def write_mla_case(out_dir, case):
         "seq_lens": np.array(case.seq_lens, dtype=np.int32), "query_start_loc": qsl,
         "scale": np.array(SCALE), "expected": expected,
     }, {"dtype": case.dtype, "heads": case.heads, "block_size": case.block_size,
-        "chunk_tokens": case.chunk_tokens, "grid": case.grid, "note": case.note.replace(" ", "_")})
+        "chunk_tokens": case.chunk_tokens, "grid": case.grid, "note": case.note})
 
 
 def write_writer_case(out_dir, dtype, block_size):

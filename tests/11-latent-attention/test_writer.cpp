@@ -23,9 +23,9 @@ void check_writer(const GoldenCase& c) {
   ch11::reshape_and_cache_latent<T>(s, c_kv.get(), k_rope.get(), int(slots.size()), pool.get(), d_slots.get());
   PA_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_TRUE(exactly_equal(pool.download(), c.get<float>("expected"),
-                            Dims{{"block", nb}, {"slot", bs}, {"element (c_kv 0-511, k_rope 512-575)", 576}},
+                            Dims{{"block", nb}, {"slot", bs}, {"element", 576}},
                             all_ones<T>()))
-      << c.name() << ": slot_mapping " << ::testing::PrintToString(slots);
+      << c.name() << " (a row's elements 0-511 are c_kv, 512-575 k_rope): slot_mapping " << ::testing::PrintToString(slots);
 }
 
 TEST_P(LatentWriter, WritesEachRowToItsSlotAndNothingElse) {
