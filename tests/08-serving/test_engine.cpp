@@ -140,6 +140,35 @@ TEST(Preemption, ARecomputedRequestGoesBackAheadOfLaterArrivals) {
          "waited, goes back to the FRONT of waiting_, so it runs (and finishes) before request 2";
 }
 
+// Swapped-out requests come back first in, first out. Six blocks: requests 0, 1 and 2
+// (16-token prompts, 40 new tokens) start together with two blocks each; at 33 tokens
+// each needs a third, so request 2, the newest, is swapped out; at 49 tokens requests 0
+// and 1 need a fourth, and request 1 is swapped out. When request 0 is done, request 2
+// (out first) comes back first, and request 1 only when request 2 is done.
+TEST(Preemption, SwappedRequestsComeBackInTheOrderTheyLeft) {
+  EngineConfig cfg;
+  cfg.num_blocks = 6;
+  cfg.block_size = 16;
+  cfg.max_num_seqs = 3;
+  cfg.max_seq_len = 64;
+  cfg.preemption = Preemption::swap;
+  cfg.num_swap_blocks = 16;
+  cfg.prefix_caching = false;
+  pa::ch08::Engine engine(tiny_model(), cfg);
+  for (int id = 0; id < 3; ++id) engine.add_request({id, random_tokens(16, 201 + uint64_t(id)), 40, 0, {}});
+  std::vector<int> finish_order;
+  for (int step = 0; step < 1000 && !engine.done(); ++step) {
+    engine.step();
+    for (const auto& [id, tokens] : engine.outputs())
+      if (std::find(finish_order.begin(), finish_order.end(), id) == finish_order.end()) finish_order.push_back(id);
+  }
+  ASSERT_TRUE(engine.done());
+  ASSERT_EQ(engine.stats().swap_outs, 2) << "requests 2 and then 1 were meant to be swapped out";
+  EXPECT_EQ(finish_order, (std::vector<int>{0, 2, 1}))
+      << "the order the requests finished in: request 2, swapped out before request 1, goes back to "
+         "the GPU first (swapped_ is first in, first out: the back of swapped_ on the way out)";
+}
+
 // Trap 1: a prompt whose every block is cached. The last token must still be computed
 // (its logits choose the first output token), so only blocks covering at most
 // prompt_len - 1 tokens are taken from the cache.
