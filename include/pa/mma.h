@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -63,6 +65,55 @@ __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
 #endif
+}
+
+// ldmatrix: four 8 x 8 matrices of 16-bit values from shared memory, straight into the
+// registers of mma fragments. Each lane passes the address of one matrix row (8 values,
+// 16 bytes, 16-byte aligned): lanes 8m .. 8m + 7 give rows 0 .. 7 of matrix m. Then r[m] is
+//   ldmatrix_x4:        row lane / 4, values 2 (lane % 4) and 2 (lane % 4) + 1 of matrix m
+//   ldmatrix_x4_trans:  value lane / 4 of rows 2 (lane % 4) and 2 (lane % 4) + 1 (the
+//                       transposed matrix's row: a B operand stored row by row, like V)
+// (the first of each pair in the lower 16 bits), exactly the layout of a[], b[] above: one
+// instruction instead of four or eight 16/32-bit loads. Every lane of the warp must call it.
+template <bool Trans>
+__device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row) {
+#if defined(PA_BACKEND_CPU)
+  // The emulator: every lane publishes its row's address, then reads its values itself.
+  __shared__ const unsigned char* rows[32][32];  // [warp][lane]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "ldmatrix: lane %d of warp %d passed the row address %p, not 16-byte "
+                 "aligned (on a GPU: misaligned address)\n", lane, warp, row);
+    std::abort();
+  }
+  rows[warp][lane] = static_cast<const unsigned char*>(row);
+  __syncwarp();
+  for (int m = 0; m < 4; ++m) {
+    uint16_t lo, hi;
+    if (Trans) {
+      std::memcpy(&lo, rows[warp][8 * m + 2 * (lane % 4)] + 2 * (lane / 4), 2);
+      std::memcpy(&hi, rows[warp][8 * m + 2 * (lane % 4) + 1] + 2 * (lane / 4), 2);
+    } else {
+      std::memcpy(&lo, rows[warp][8 * m + lane / 4] + 4 * (lane % 4), 2);
+      std::memcpy(&hi, rows[warp][8 * m + lane / 4] + 4 * (lane % 4) + 2, 2);
+    }
+    r[m] = uint32_t(lo) | (uint32_t(hi) << 16);
+  }
+  __syncwarp();
+#else
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (Trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  }
+#endif
+}
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl<false>(r, row); }
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  ldmatrix_x4_impl<true>(r, row);
 }
 
 // Two floats as one register of two E values (the lower first): an A or B fragment's pair.

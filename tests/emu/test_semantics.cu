@@ -10,6 +10,7 @@
 #include "pa/device_buffer.h"
 #include "pa/dtype.h"
 #include "pa/launch.h"
+#include "pa/mma.h"
 
 namespace {
 
@@ -254,6 +255,42 @@ TEST(Semantics, HalfBfloat16Fp8Conversions) {
   EXPECT_EQ(out[3 * 7 + 2], 448.f);   // e4m3's largest finite value
   EXPECT_EQ(out[3 * 8 + 2], 448.f);   // saturates, no infinity in e4m3
   EXPECT_EQ(out[3 * 1 + 0], 1.f);
+}
+
+// ldmatrix (pa/mma.h): lane l passes row l of a 32 x 8 matrix of 16-bit values stored with
+// a row stride of 24 values (48 bytes), so matrix m is rows 8m .. 8m + 7; value (row, col)
+// is row * 256 + col. Each lane writes its four registers of both forms.
+__global__ void ldmatrix_kernel(uint32_t* out) {
+  __shared__ __align__(16) uint16_t m[32 * 24];
+  for (int i = threadIdx.x; i < 32 * 24; i += blockDim.x) m[i] = uint16_t((i / 24) * 256 + i % 24);
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  uint32_t r[4], t[4];
+  pa::ldmatrix_x4(r, m + lane * 24);
+  pa::ldmatrix_x4_trans(t, m + lane * 24);
+  for (int i = 0; i < 4; ++i) {
+    out[threadIdx.x * 8 + i] = r[i];
+    out[threadIdx.x * 8 + 4 + i] = t[i];
+  }
+}
+
+TEST(Semantics, LdmatrixGivesMmaFragmentLayouts) {
+  pa::DeviceBuffer<uint32_t> out(64 * 8);
+  pa::launch(ldmatrix_kernel, dim3(1), dim3(64), 0, nullptr, out.get());
+  const std::vector<uint32_t> got = out.download();
+  auto value = [](int row, int col) { return uint32_t(row * 256 + col); };
+  for (int thread = 0; thread < 64; ++thread) {
+    const int lane = thread % 32;
+    for (int mat = 0; mat < 4; ++mat) {
+      SCOPED_TRACE("thread " + std::to_string(thread) + ", matrix " + std::to_string(mat));
+      const uint32_t plain = value(8 * mat + lane / 4, 2 * (lane % 4)) |
+                             (value(8 * mat + lane / 4, 2 * (lane % 4) + 1) << 16);
+      const uint32_t trans = value(8 * mat + 2 * (lane % 4), lane / 4) |
+                             (value(8 * mat + 2 * (lane % 4) + 1, lane / 4) << 16);
+      EXPECT_EQ(got[thread * 8 + mat], plain) << "ldmatrix_x4";
+      EXPECT_EQ(got[thread * 8 + 4 + mat], trans) << "ldmatrix_x4_trans";
+    }
+  }
 }
 
 }  // namespace
