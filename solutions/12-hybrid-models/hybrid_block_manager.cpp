@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "pa/ch12_hybrid.h"
 
@@ -276,41 +275,6 @@ std::vector<std::vector<int64_t>> HybridBlockManager::append_slots(int seq_id, i
 }
 // ANCHOR_END: append_slots
 
-// ANCHOR: step_blocks
-int HybridBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const {
-  PA_REQUIRE(seq_ids.size() == new_tokens.size(),
-             "step_blocks: " << seq_ids.size() << " sequences but " << new_tokens.size() << " token counts");
-  // Each append frees its dead blocks, then takes its new blocks and copies. Owners left
-  // per block (per group) carry what earlier appends of the step changed: a block two
-  // sequences hold goes back only when the second gives it up, and of the owners of one
-  // shared tail that append, the last writes in place (chapter 7's rule).
-  std::vector<std::unordered_map<int, int>> left(groups_.size());
-  std::unordered_set<int> seen;
-  int net = 0, most = 0;
-  for (size_t i = 0; i < seq_ids.size(); ++i) {
-    const int s = seq_ids[i], n = new_tokens[i];
-    PA_REQUIRE(has_sequence(s), "step_blocks: unknown sequence " << s);
-    PA_REQUIRE(n >= 0, "step_blocks: negative token count " << n << " for sequence " << s);
-    PA_REQUIRE(seen.insert(s).second, "step_blocks: sequence " << s << " appears twice in one step");
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const GroupBlockManager& m = *groups_[g];
-      const std::vector<int>& blocks = m.block_list(s);
-      const int len = m.length(s);
-      auto owners = [&](int b) -> int& { return left[g].emplace(b, m.refcount(b)).first->second; };
-      const int first = std::min(first_needed_block(m.layer_group(), len, block_size_), int(blocks.size()));
-      for (int j = 0; j < first; ++j)
-        if (blocks[size_t(j)] != kNullBlock && --owners(blocks[size_t(j)]) == 0) --net;
-      const bool copy = m.needs_copy(s, n);
-      net += m.blocks_needed(s, n) - (copy ? 1 : 0);
-      if (copy && owners(blocks.back()) > 1) {
-        --owners(blocks.back());
-        ++net;
-      }
-    }
-    most = std::max(most, net);
-  }
-  return most;
-}
-// ANCHOR_END: step_blocks
+// step_blocks: step_blocks.cpp (a stretch exercise).
 
 }  // namespace pa::ch12
