@@ -38,6 +38,44 @@ CascadePlan plan_cascade(const std::vector<int>& block_table, const std::vector<
     full[size_t(b)] = len / block_size;
   }
 
+  CascadePlan plan;
+  plan.num_seqs = num_seqs;
+  plan.max_blocks_per_seq = max_blocks_per_seq;
+  plan.block_size = block_size;
+  plan.group_of.assign(size_t(num_seqs), -1);
+  plan.prefix_len.assign(size_t(num_seqs), 0);
+  // TODO(ch08, stretch): fill plan.groups, plan.group_of and plan.prefix_len (every sequence
+  //   starts in no group: -1 and 0) with the groups of the contract in include/pa/ch08_cascade.h
+  //   (plan_cascade's comment), exactly: in batch order, each sequence joins the first
+  //   candidate (in the order they were led) whose leader's first min_shared_blocks table
+  //   entries equal its own, or else leads a new candidate; a sequence with fewer than
+  //   min_shared_blocks full blocks (full[b], computed above) is in none. A
+  //   candidate of 2 or more members is a group: groups in the order of their leaders,
+  //   members ascending; prefix_blocks = the longest run of the leader's entries from logical
+  //   block 0 that every member holds at the same place and full; prefix_len = that many
+  //   blocks * block_size, for the group and each member. Cost: a sequence is compared only
+  //   with the leaders whose first block is its own (not all of them). Checked by
+  //   StretchCascadePlan.* (tests/08-serving/test_stretch_cascade_plan.cpp).
+  // HINT(1): Two passes: first form the candidates (who is led by whom), then, for each
+  //   candidate of two or more, find how far its members agree. row(b) is sequence b's table
+  //   row; full[b] its full blocks.
+  // HINT(2): Keep the candidates as lists of members (leader first) and a map from a first
+  //   block id to the indices of the candidates it leads; a sequence looks among those for one
+  //   whose leader's first min_shared_blocks entries std::equal its own, or starts a new
+  //   candidate. Then per candidate of size >= 2: n = the fewest full blocks of its members;
+  //   shared = 0; while shared < n and every member's row(m)[shared] equals the leader's,
+  //   ++shared.
+  // HINT(3): candidates: vector<vector<int>>; leaders: unordered_map<int, vector<int>> (first
+  //   block -> candidate indices). For b in order: skip if full[b] < min_shared_blocks; same =
+  //   leaders[row(b)[0]]; it = find_if(same, c -> equal(row(candidates[c][0]), ... +
+  //   min_shared_blocks, row(b))); join candidates[*it] or push a new {b} (its index into same).
+  //   Then for each candidate with >= 2 members: n = min over members of full[m]; shared as in
+  //   hint 2; CascadeGroup g{members, shared * block_size, lead[0 .. shared)}; group_of[m] =
+  //   plan.groups.size(), prefix_len[m] = g.prefix_len for each member; push g.
+  // BEGIN SOLUTION(ch08, stretch)
+  // STUB: // Given for now: no group at all (every sequence attends its whole context alone,
+  // STUB: // which is correct, only slower). Replace with your planner.
+  // STUB: (void)row, (void)full, (void)min_shared_blocks;
   // Candidate groups, in batch order. A sequence is compared only with the leaders whose
   // first block is its own first block.
   std::vector<std::vector<int>> candidates;
@@ -58,12 +96,6 @@ CascadePlan plan_cascade(const std::vector<int>& block_table, const std::vector<
     }
   }
 
-  CascadePlan plan;
-  plan.num_seqs = num_seqs;
-  plan.max_blocks_per_seq = max_blocks_per_seq;
-  plan.block_size = block_size;
-  plan.group_of.assign(size_t(num_seqs), -1);
-  plan.prefix_len.assign(size_t(num_seqs), 0);
   for (std::vector<int>& members : candidates) {
     if (members.size() < 2) continue;
     // The prefix: the longest run of blocks every member holds, full, at the same place.
@@ -84,6 +116,7 @@ CascadePlan plan_cascade(const std::vector<int>& block_table, const std::vector<
     g.members = std::move(members);
     plan.groups.push_back(std::move(g));
   }
+  // END SOLUTION
   return plan;
 }
 // ANCHOR_END: plan_cascade

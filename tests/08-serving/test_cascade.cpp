@@ -2,8 +2,9 @@
 // grouped (plan_cascade); the shared prefix is attended once per group, the suffixes per
 // sequence, and the two merged. Checked against the float64 reference, against chapter 5
 // on the same inputs, under a permutation of the physical blocks, with NaN in every slot,
-// block, table entry and workspace partition it must not read; the planner on hand-made
-// tables; and the errors for bad input.
+// block, table entry and workspace partition it must not read; and the errors for bad
+// input. The kernels run on the reference planner's groups (golden_plan): the planner,
+// plan_cascade, is the chapter's stretch exercise (test_stretch_cascade_plan.cpp).
 #include <gtest/gtest.h>
 
 #include "paged_case.h"
@@ -24,6 +25,47 @@ template <typename T>
 CascadePlan plan_of(const PagedCase<T>& c, int min_shared_blocks = 1) {
   return plan_cascade(c.table, c.context_lens, c.shape.num_seqs, c.shape.max_blocks_per_seq,
                       c.shape.block_size, min_shared_blocks);
+}
+
+// A plan made by hand: each group's members (ascending) and its prefix in blocks, the leader's
+// first blocks. The core tests use these, not plan_cascade (the stretch exercise).
+using HandGroups = std::vector<std::pair<std::vector<int>, int>>;
+CascadePlan hand_plan(const std::vector<int>& table, int num_seqs, int width, int block_size,
+                      const HandGroups& groups) {
+  CascadePlan p;
+  p.num_seqs = num_seqs;
+  p.max_blocks_per_seq = width;
+  p.block_size = block_size;
+  p.group_of.assign(size_t(num_seqs), -1);
+  p.prefix_len.assign(size_t(num_seqs), 0);
+  for (const auto& [members, blocks] : groups) {
+    pa::ch08::CascadeGroup g;
+    g.members = members;
+    g.prefix_len = blocks * block_size;
+    g.prefix_blocks.assign(table.begin() + int64_t(members[0]) * width,
+                           table.begin() + int64_t(members[0]) * width + blocks);
+    for (int m : members) {
+      p.group_of[size_t(m)] = int(p.groups.size());
+      p.prefix_len[size_t(m)] = g.prefix_len;
+    }
+    p.groups.push_back(g);
+  }
+  return p;
+}
+
+// The reference planner's plan of a golden case (its group_of and prefix_lens).
+template <typename T>
+CascadePlan golden_plan(const PagedCase<T>& c, const GoldenCase& g) {
+  const std::vector<int> group_of = g.get<int>("group_of"), prefix = g.get<int>("prefix_lens");
+  HandGroups groups;
+  for (int b = 0; b < c.shape.num_seqs; ++b) {
+    const int gi = group_of[size_t(b)];
+    if (gi < 0) continue;
+    if (size_t(gi) >= groups.size()) groups.resize(size_t(gi) + 1);
+    groups[size_t(gi)].first.push_back(b);
+    groups[size_t(gi)].second = prefix[size_t(b)] / c.shape.block_size;
+  }
+  return hand_plan(c.table, c.shape.num_seqs, c.shape.max_blocks_per_seq, c.shape.block_size, groups);
 }
 
 // Runs cascade attention with `plan` on a case; the output and every workspace partition
@@ -56,13 +98,8 @@ void check_case(const GoldenCase& g) {
   const auto dims = pa::test::decode_out_dims(c.shape);
   const std::string name = "case " + c.name + " (" + g.param("note") + ")";
 
-  // The planner finds the groups the reference planner found.
-  const CascadePlan plan = plan_of(c);
-  const std::vector<int> want_group = g.get<int>("group_of"), want_prefix = g.get<int>("prefix_lens");
-  for (int b = 0; b < c.shape.num_seqs; ++b) {
-    EXPECT_EQ(plan.group_of[size_t(b)], want_group[size_t(b)]) << name << ": sequence " << b << "'s group";
-    EXPECT_EQ(plan.prefix_len[size_t(b)], want_prefix[size_t(b)]) << name << ": sequence " << b << "'s prefix";
-  }
+  // The reference planner's groups (StretchCascadePlan.* checks plan_cascade against them).
+  const CascadePlan plan = golden_plan(c, g);
 
   const std::vector<T> got = run_cascade(c, plan);
   EXPECT_TRUE(pa::test::all_close(got, c.expected, dims, c.atol, c.rtol))
@@ -82,7 +119,7 @@ void check_case(const GoldenCase& g) {
       << name << ": with a plan of no groups";
 
   PagedCase<T> moved(g, /*permutation_seed=*/11);
-  EXPECT_TRUE(pa::test::exactly_equal(run_cascade(moved, plan_of(moved)), got, dims))
+  EXPECT_TRUE(pa::test::exactly_equal(run_cascade(moved, golden_plan(moved, g)), got, dims))
       << pa::test::kBlockPlacement;
 }
 
@@ -101,91 +138,18 @@ INSTANTIATE_TEST_SUITE_P(Ch08, CascadeGolden,
                          ::testing::ValuesIn(pa::test::golden_case_names("ch08", "cascade_")),
                          [](const auto& info) { return info.param; });
 
-// ---- The planner on hand-made tables (block_size 4) ------------------------------------
-
-struct Planned {
-  std::vector<std::vector<int>> members;
-  std::vector<int> prefix_lens;  // per group
-};
-
-Planned plan_rows(const std::vector<std::vector<int>>& rows, const std::vector<int>& lens,
-                  int min_shared_blocks = 1) {
-  const int width = int(rows[0].size());
-  std::vector<int> table;
-  for (const auto& r : rows) table.insert(table.end(), r.begin(), r.end());
-  const CascadePlan p = plan_cascade(table, lens, int(rows.size()), width, 4, min_shared_blocks);
-  Planned out;
-  for (size_t gi = 0; gi < p.groups.size(); ++gi) {
-    const auto& g = p.groups[gi];
-    out.members.push_back(g.members);
-    out.prefix_lens.push_back(g.prefix_len);
-    EXPECT_EQ(g.prefix_blocks.size() * 4, size_t(g.prefix_len)) << "group " << gi;
-    for (size_t j = 0; j < g.prefix_blocks.size(); ++j)
-      EXPECT_EQ(g.prefix_blocks[j], rows[size_t(g.members[0])][j]) << "group " << gi << " block " << j;
-    for (int m : g.members) {
-      EXPECT_EQ(p.group_of[size_t(m)], int(gi)) << "sequence " << m;
-      EXPECT_EQ(p.prefix_len[size_t(m)], g.prefix_len) << "sequence " << m;
-    }
-  }
-  for (size_t b = 0; b < rows.size(); ++b)
-    if (p.group_of[b] < 0) EXPECT_EQ(p.prefix_len[b], 0) << "sequence " << b << " is in no group";
-  return out;
-}
-
-using Groups = std::vector<std::vector<int>>;
-using Lens = std::vector<int>;
-
-TEST(CascadePlanner, GroupsSequencesThatStartAlike) {
-  const Planned p = plan_rows({{1, 2, 3}, {1, 2, 4}, {5, 6, 7}, {1, 2, 8}}, {12, 12, 12, 9});
-  EXPECT_EQ(p.members, (Groups{{0, 1, 3}}));  // not neighbours in the batch
-  EXPECT_EQ(p.prefix_lens, (Lens{8}));
-}
-
-TEST(CascadePlanner, ABlockSharedButNotFromTheStartIsNoGroup) {
-  EXPECT_TRUE(plan_rows({{1, 2}, {3, 2}}, {8, 8}).members.empty());
-  EXPECT_TRUE(plan_rows({{1, 2, 3}, {4, 2, 3}, {5, 2, 3}}, {12, 12, 12}).members.empty());
-}
-
-TEST(CascadePlanner, ASharedPartialBlockIsNotPartOfThePrefix) {
-  const Planned both_partial = plan_rows({{1, 2}, {1, 2}}, {6, 7});
-  EXPECT_EQ(both_partial.members, (Groups{{0, 1}}));
-  EXPECT_EQ(both_partial.prefix_lens, (Lens{4}));
-  EXPECT_EQ(plan_rows({{1, 2}, {1, 2}}, {8, 7}).prefix_lens, (Lens{4}));  // full in one only
-  EXPECT_TRUE(plan_rows({{1, 2}, {1, 2}}, {3, 3}).members.empty());       // no full block
-}
-
-TEST(CascadePlanner, ThePrefixMayBeTheWholeContext) {
-  EXPECT_EQ(plan_rows({{1, 2}, {1, 2}}, {8, 8}).prefix_lens, (Lens{8}));
-}
-
-TEST(CascadePlanner, MinSharedBlocksDecidesWhoJoins) {
-  const std::vector<std::vector<int>> rows = {{1, 2, 3}, {1, 2, 3}, {1, 5, 6}};
-  const Planned one = plan_rows(rows, {12, 12, 12}, 1);
-  EXPECT_EQ(one.members, (Groups{{0, 1, 2}}));
-  EXPECT_EQ(one.prefix_lens, (Lens{4}));  // what all three share
-  const Planned two = plan_rows(rows, {12, 12, 12}, 2);
-  EXPECT_EQ(two.members, (Groups{{0, 1}}));
-  EXPECT_EQ(two.prefix_lens, (Lens{12}));
-  // Two groups behind the same first block.
-  const Planned split = plan_rows({{1, 2}, {1, 3}, {1, 2}, {1, 3}}, {8, 8, 8, 8}, 2);
-  EXPECT_EQ(split.members, (Groups{{0, 2}, {1, 3}}));
-  EXPECT_EQ(split.prefix_lens, (Lens{8, 8}));
-}
-
-TEST(CascadePlanner, EmptySequencesShareNothing) {
-  EXPECT_TRUE(plan_rows({{1, 2}, {1, 2}, {9, 9}}, {0, 3, 0}).members.empty());
-}
+// The planner on hand-made tables: test_stretch_cascade_plan.cpp (the stretch exercise).
 
 // ---- The device plan -------------------------------------------------------------------
 
 TEST(CascadeDevicePlan, ASmallerPlanReusesTheBuffer) {
   const std::vector<int> table = {1, 2, 1, 2, 1, 3, 4, 5};
-  CascadeDevicePlan dp(plan_cascade(table, {8, 8, 8, 8}, 4, 2, 4));
+  CascadeDevicePlan dp(hand_plan(table, 4, 2, 4, {{{0, 1, 2}, 1}}));
   EXPECT_EQ(dp.num_groups(), 1);
   EXPECT_EQ(dp.max_prefix_len(), 4);
   EXPECT_EQ(dp.min_prefix_len(), 0);
   const int* before = dp.view().group_start;
-  dp.upload(plan_cascade({1, 2, 1, 2}, {8, 8}, 2, 2, 4));
+  dp.upload(hand_plan({1, 2, 1, 2}, 2, 2, 4, {{{0, 1}, 2}}));
   EXPECT_EQ(dp.view().group_start, before) << "a plan that fits must not reallocate (CUDA graphs)";
   EXPECT_EQ(dp.max_prefix_len(), 8);
   EXPECT_EQ(dp.min_prefix_len(), 8);
@@ -210,7 +174,7 @@ TEST(CascadeErrors, ThePlannerRefusesTablesThatDoNotFit) {
 }
 
 TEST(CascadeErrors, UploadRefusesAnInconsistentPlan) {
-  const CascadePlan good = plan_cascade({1, 2, 1, 2, 3, 4}, {8, 8, 8}, 3, 2, 4);
+  const CascadePlan good = hand_plan({1, 2, 1, 2, 3, 4}, 3, 2, 4, {{{0, 1}, 2}});
   auto upload = [](const CascadePlan& p) { return error_of([&] { CascadeDevicePlan dp(p); }); };
   EXPECT_EQ(upload(good), "(no error)");
   CascadePlan p = good;
@@ -233,14 +197,14 @@ TEST(CascadeErrors, AttentionRefusesBadShapesAndAPlanOfAnotherBatch) {
   pa::DeviceBuffer<int> ints(16);
   pa::ch05::Workspace ws;
   const PagedAttentionShape s{2, 4, 2, 64, 16, 8, 2};  // 2 sequences, tables of 2 blocks
-  const CascadeDevicePlan plan(plan_cascade({0, 1, 0, 1}, {32, 20}, 2, 2, 16));  // prefix 16
+  const CascadeDevicePlan plan(hand_plan({0, 1, 0, 1}, 2, 2, 16, {{{0, 1}, 1}}));  // prefix 16
   auto run = [&](const PagedAttentionShape& shape, const CascadeDevicePlan& p, int max_len = 32) {
     return error_of([&] {
       pa::ch08::cascade_attention<float>(shape, buf.get(), buf.get(), buf.get(), buf.get(),
                                          ints.get(), ints.get(), max_len, p, 1.f, ws);
     });
   };
-  const CascadeDevicePlan three(plan_cascade({0, 1, 0, 1, 2, 3}, {32, 20, 5}, 3, 2, 16));
+  const CascadeDevicePlan three(hand_plan({0, 1, 0, 1, 2, 3}, 3, 2, 16, {{{0, 1}, 1}}));
   EXPECT_PRED2(has, run(s, three), "the cascade plan was made for another batch: 3 sequences");
   EXPECT_PRED2(has, run({2, 4, 2, 64, 8, 8, 2}, plan), "made for another batch");  // block size 8
   EXPECT_PRED2(has, run(s, CascadeDevicePlan{}), "the cascade plan is empty");
