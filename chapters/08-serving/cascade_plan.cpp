@@ -56,7 +56,7 @@ CascadePlan plan_cascade(const std::vector<int>& block_table, const std::vector<
   //   block 0 that every member holds at the same place and full; prefix_len = that many
   //   blocks * block_size, for the group and each member. Cost: a sequence is compared only
   //   with the leaders whose first block is its own (not all of them). Checked by
-  //   StretchCascadePlan.* (tests/08-serving/test_stretch_cascade_plan.cpp).
+  //   Ch08/StretchCascadePlan.* and StretchCascadePlanner.* (tests/08-serving/test_stretch_cascade_plan.cpp).
   // Given for now: no group at all (every sequence attends its whole context alone,
   // which is correct, only slower). Replace with your planner.
   (void)row, (void)full, (void)min_shared_blocks;

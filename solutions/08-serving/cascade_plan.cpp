@@ -55,7 +55,7 @@ CascadePlan plan_cascade(const std::vector<int>& block_table, const std::vector<
   //   block 0 that every member holds at the same place and full; prefix_len = that many
   //   blocks * block_size, for the group and each member. Cost: a sequence is compared only
   //   with the leaders whose first block is its own (not all of them). Checked by
-  //   StretchCascadePlan.* (tests/08-serving/test_stretch_cascade_plan.cpp).
+  //   Ch08/StretchCascadePlan.* and StretchCascadePlanner.* (tests/08-serving/test_stretch_cascade_plan.cpp).
   // HINT(1): Two passes: first form the candidates (who is led by whom), then, for each
   //   candidate of two or more, find how far its members agree. row(b) is sequence b's table
   //   row; full[b] its full blocks.
