@@ -9,6 +9,8 @@ mla_<dtype>_h<H>_bs<BS>_<tag>/ (the absorbed decode, mla.paged_mla_decode) holds
   query_start_loc int32   [B + 1]       new tokens of sequence b: rows qsl[b] .. qsl[b+1]-1
   scale           float64 0-d           1 / sqrt(192) (DeepSeek-V3's d_nope 128 + d_r 64)
   expected        float64 [T, H, 512]   the latent-space output
+  expected_first37 float64 [T, H, 512]  (three cases) the same over each sequence's first 37
+                                        keys only: what items that stop at token 37 give
 case.txt: dtype, heads, block_size, chunk_tokens (0: the planner's own chunks; > 0: forced
 splits), grid (thread blocks the test plans for; 0: one wave), note.
 
@@ -102,17 +104,43 @@ def latent_pool_for(rng, case_seqs, block_size, num_blocks, dtype):
     return table, pool, dense
 
 
+# Cases that also store the output over each sequence's first FIRST_KEYS keys only: a plan
+# whose items stop there (kv_end inside a 32-row stage, no split) must give it.
+FIRST_KEYS = 37
+WITH_FIRST_KEYS = ("mla_fp16_h64_bs16_split", "mla_bf16_h128_bs32_split", "mla_fp16_h16_bs16_decode_edges")
+
+
+def first_keys_decode(q, pool, table, seq_lens, qsl, scale, kv_end):
+    """paged_mla_decode with every row's keys cut at kv_end as well: row i of a sequence
+    sees keys 0 .. min(its causal end, kv_end) - 1."""
+    out = np.zeros((len(q), q.shape[1], mla.D_C))
+    for b, n in enumerate(seq_lens):
+        lat = mla.gather_latent(pool, table[b], int(n))
+        new = int(qsl[b + 1] - qsl[b])
+        if new == 0:
+            continue
+        for i, end in enumerate(mla.causal_limits(new, int(n))):
+            e = min(end, kv_end)
+            p = mla.softmax(scale * q[qsl[b] + i] @ lat[:e].T)
+            out[qsl[b] + i] = p @ lat[:e, :mla.D_C]
+    return out
+
+
 def write_mla_case(out_dir, case):
     rng = np.random.default_rng(case_seed(case.name))
     table, pool, _ = latent_pool_for(rng, case.seq_lens, case.block_size, case.num_blocks, case.dtype)
     qsl = np.concatenate([[0], np.cumsum(case.new_lens)]).astype(np.int32)
     q = round_to(rng.standard_normal((int(qsl[-1]), case.heads, WIDTH)), case.dtype)
     expected = mla.paged_mla_decode(q, pool, table, case.seq_lens, qsl, SCALE, mla.D_C)
-    write_case(out_dir / case.name, {
+    arrays = {
         "q": q.astype(np.float32), "latent_pool": pool.astype(np.float32), "block_table": table,
         "seq_lens": np.array(case.seq_lens, dtype=np.int32), "query_start_loc": qsl,
         "scale": np.array(SCALE), "expected": expected,
-    }, {"dtype": case.dtype, "heads": case.heads, "block_size": case.block_size,
+    }
+    if case.name in WITH_FIRST_KEYS:
+        arrays[f"expected_first{FIRST_KEYS}"] = first_keys_decode(q, pool, table, case.seq_lens, qsl, SCALE,
+                                                                  FIRST_KEYS)
+    write_case(out_dir / case.name, arrays, {"dtype": case.dtype, "heads": case.heads, "block_size": case.block_size,
         "chunk_tokens": case.chunk_tokens, "grid": case.grid, "note": case.note})
 
 

@@ -50,3 +50,17 @@ def test_naive_case_agrees_with_absorbed(cases):
                                float(a["scale"]), mla.D_C)
     got = np.einsum("shc,hcv->shv", lat, a["w_uv"])
     np.testing.assert_allclose(got, a["expected_naive"], atol=5e-3, rtol=0)  # q' rounded to fp16 only
+
+
+@pytest.mark.parametrize("name", g11.WITH_FIRST_KEYS)
+def test_first_keys_cases(cases, name):
+    a = load(cases / name)
+    got, full = a[f"expected_first{g11.FIRST_KEYS}"], a["expected"]
+    qsl, lens = a["query_start_loc"], a["seq_lens"]
+    assert np.isfinite(got).all()
+    for b, n in enumerate(lens):  # a sequence of at most 37 tokens: nothing is cut
+        rows = slice(qsl[b], qsl[b + 1])
+        if n <= g11.FIRST_KEYS:
+            np.testing.assert_array_equal(got[rows], full[rows])
+        elif qsl[b + 1] > qsl[b]:
+            assert not np.allclose(got[rows], full[rows]), "the cut changes nothing: a test that cannot fail"

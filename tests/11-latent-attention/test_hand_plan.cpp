@@ -55,6 +55,29 @@ TEST_P(MlaHandPlan, ChunksEndingInsideAStage) {
   else check_hand_plan<half>(c);
 }
 
+// No split at all: every tile's one item stops at token 37, inside its second stage, before
+// rows that see further. Its rows see keys 0 .. min(their position, 36): the reference's
+// expected_first37. Only the mask's kv_end hides the stage's rows 37 .. 63.
+template <typename T>
+void check_first_keys(const GoldenCase& c) {
+  MlaCase<T> m(c);
+  ch10::Plan plan = ch10::make_plan(ch11::planning_shape(m.shape), m.seq_lens, m.qsl, 1, 0);
+  for (ch10::WorkItem& w : plan.items) {
+    ASSERT_EQ(w.num_splits, 1) << "make_plan split a tile of a one-block grid";
+    w.kv_end = std::min(w.kv_end, 37);
+  }
+  const auto [atol, rtol] = tolerance_of(c);
+  EXPECT_TRUE(mla_close(m.run_plan(plan), c.get<double>("expected_first37"), m.qsl, m.seq_lens,
+                        m.shape.num_q_heads, ch11::kLatentDim, atol, rtol))
+      << c.name() << ": every tile's item stops at token 37 (a chunk end inside a stage, no split)";
+}
+
+TEST_P(MlaHandPlan, ItemsStoppingInsideAStage) {
+  const GoldenCase c(golden_dir("ch11") + "/" + GetParam());
+  if (c.param("dtype") == "bf16") check_first_keys<bf16>(c);
+  else check_first_keys<half>(c);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ch11, MlaHandPlan,
                          ::testing::Values("mla_fp16_h64_bs16_split", "mla_bf16_h128_bs32_split",
                                            "mla_fp16_h16_bs16_decode_edges"),
