@@ -1,8 +1,9 @@
 // Your exercise file. (Generated from solutions/11-latent-attention/mla_kernel.cuh; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 11, exercises 3 and 4 of 4 (the scores, and P V): the absorbed MLA
-// decode kernel. Chapter 10's varlen kernel, wider: one thread block runs the work items
-// chapter 10's planner dealt it, one after another; an item is a tile of 64 query rows
-// (row i * h_q + h: new token i, head h) of one sequence over a chunk of its latent rows.
+// Chapter 11, exercises 3 and 4 of 4 (the scores; P V) and the stretch exercise (the merge of
+// split tiles): the absorbed MLA decode kernel. Chapter 10's varlen kernel, wider: one
+// thread block runs the work items chapter 10's planner dealt it, one after another; an item
+// is a tile of 64 query rows (row i * h_q + h: new token i, head h) of one sequence over a
+// chunk of its latent rows.
 // Each KV row is loaded once into shared memory (cp.async, a ring of stages) and serves
 // every row of the tile -- every head, every new token -- for both products:
 //
@@ -273,62 +274,23 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     }
     return;
   }
-  // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
-  // normalised output), rows [local row][split], as chapter 10 lays them out.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (pos[r] < 0) continue;
-    const int64_t at = w.partial_base + int64_t(16 * rg + g + 8 * r) * w.num_splits + w.split;
-    const float inv = l_run[r] == 0.f ? 0.f : 1.f / l_run[r];
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n)
-      *reinterpret_cast<float2*>(a.partial_out + at * kLatentDim + kColsPerWarp * half + 8 * n + 2 * t) =
-          make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (half == 0 && t == 0) {
-      a.max_logits[at] = m_run[r] * 0.6931471805599453f;  // base 2 -> base e (-inf stays)
-      a.exp_sums[at] = l_run[r];
-    }
-  }
-  // The last chunk of the tile to finish merges them all (chapter 10's ticket).
-  __threadfence();
-  __syncthreads();
-  bool last = false;
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.counters + w.counter, 1) == w.num_splits - 1;
-    if (last) a.counters[w.counter] = 0;  // ready for the next launch
-  }
-  if (!__syncthreads_or(last)) return;
-  __threadfence();
-  // Chapter 5's merge by log-sum-exp: each row's weights exp_sum_p * exp(max_p - M) / L
-  // once, in shared memory (all of it is free now), then every output is one weighted sum.
-  // More chunks than fit: chapter 5's merge_partitions per output.
-  const int S = w.num_splits;
-  float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
-  if (int64_t(rows) * S * 4 <= int64_t(kQBytes + kRingBytes)) {
-    for (int row = threadIdx.x; row < rows; row += kThreads) {
-      const int64_t first = w.partial_base + int64_t(row) * S;
-      float M = -INFINITY, total = 0.f;
-      for (int p = 0; p < S; ++p) M = fmaxf(M, a.max_logits[first + p]);
-      for (int p = 0; p < S; ++p)
-        total += (weights[row * S + p] = a.exp_sums[first + p] * expf(a.max_logits[first + p] - M));
-      for (int p = 0; p < S; ++p) weights[row * S + p] = total > 0.f ? weights[row * S + p] / total : 0.f;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows * kLatentDim; i += kThreads) {
-      const int row = i / kLatentDim, d = i % kLatentDim, q_row = w.row0 + row;
-      const float* part = a.partial_out + (w.partial_base + int64_t(row) * S) * kLatentDim + d;
-      float sum = 0.f;
-      for (int p = 0; p < S; ++p) sum += weights[row * S + p] * part[int64_t(p) * kLatentDim];
-      a.out[(int64_t(q_start + q_row / G) * G + q_row % G) * kLatentDim + d] = from_float<T>(sum);
-    }
-  } else {
-    for (int i = threadIdx.x; i < rows * kLatentDim; i += kThreads) {
-      const int row = i / kLatentDim, d = i % kLatentDim, q_row = w.row0 + row;
-      a.out[(int64_t(q_start + q_row / G) * G + q_row % G) * kLatentDim + d] =
-          from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
-                                               w.partial_base + int64_t(row) * S, S, kLatentDim, d));
-    }
-  }
+  // ANCHOR: split_merge
+  // TODO(ch11, stretch): a chunk of a split tile (w.num_splits > 1): this item attended chunk
+  //   w.split of its tile's KV, [w.kv_begin, w.kv_end). Once every chunk of the tile has run,
+  //   each row of the tile (local row 0 .. rows - 1, row w.row0 + local of the sequence) holds
+  //   in out what the path above would have written for the tile's whole KV. The chunks pass
+  //   chapter 5's partial results through the workspace: local row `local` of chunk p at index
+  //   w.partial_base + local * w.num_splits + p of a.max_logits (the chunk's max score,
+  //   natural log), a.exp_sums (its exp-sum at that max) and a.partial_out (512 floats at
+  //   index * 512: its output, normalised by its own exp-sum). This lane's state is the
+  //   path above's (m_run[r] in base 2, l_run[r], o[n][2r + e] for its warp's 256 columns;
+  //   pos[r] >= 0 for a row of the tile). a.counters[w.counter], the tile's ticket, is 0 before
+  //   the launch and must be 0 after it. Exactly one chunk, the last to finish, merges, and
+  //   it reads only partials the others made visible to the whole GPU first. Tests:
+  //   StretchMlaSplit.*, on plans that split (the core tests plan on one thread block, where
+  //   no tile is split).
+  // (your code here)
+  // ANCHOR_END: split_merge
   // ANCHOR_END: write_out
 }
 

@@ -1,7 +1,8 @@
-// Chapter 11, exercises 3 and 4 of 4 (the scores, and P V): the absorbed MLA
-// decode kernel. Chapter 10's varlen kernel, wider: one thread block runs the work items
-// chapter 10's planner dealt it, one after another; an item is a tile of 64 query rows
-// (row i * h_q + h: new token i, head h) of one sequence over a chunk of its latent rows.
+// Chapter 11, exercises 3 and 4 of 4 (the scores; P V) and the stretch exercise (the merge of
+// split tiles): the absorbed MLA decode kernel. Chapter 10's varlen kernel, wider: one
+// thread block runs the work items chapter 10's planner dealt it, one after another; an item
+// is a tile of 64 query rows (row i * h_q + h: new token i, head h) of one sequence over a
+// chunk of its latent rows.
 // Each KV row is loaded once into shared memory (cp.async, a ring of stages) and serves
 // every row of the tile -- every head, every new token -- for both products:
 //
@@ -322,8 +323,39 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     }
     return;
   }
-  // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
-  // normalised output), rows [local row][split], as chapter 10 lays them out.
+  // ANCHOR: split_merge
+  // TODO(ch11, stretch): a chunk of a split tile (w.num_splits > 1): this item attended chunk
+  //   w.split of its tile's KV, [w.kv_begin, w.kv_end). Once every chunk of the tile has run,
+  //   each row of the tile (local row 0 .. rows - 1, row w.row0 + local of the sequence) holds
+  //   in out what the path above would have written for the tile's whole KV. The chunks pass
+  //   chapter 5's partial results through the workspace: local row `local` of chunk p at index
+  //   w.partial_base + local * w.num_splits + p of a.max_logits (the chunk's max score,
+  //   natural log), a.exp_sums (its exp-sum at that max) and a.partial_out (512 floats at
+  //   index * 512: its output, normalised by its own exp-sum). This lane's state is the
+  //   path above's (m_run[r] in base 2, l_run[r], o[n][2r + e] for its warp's 256 columns;
+  //   pos[r] >= 0 for a row of the tile). a.counters[w.counter], the tile's ticket, is 0 before
+  //   the launch and must be 0 after it. Exactly one chunk, the last to finish, merges, and
+  //   it reads only partials the others made visible to the whole GPU first. Tests:
+  //   StretchMlaSplit.*, on plans that split (the core tests plan on one thread block, where
+  //   no tile is split).
+  // HINT(1): Chapter 10's kernel does exactly this for its tiles (varlen_kernel.cuh, after
+  //   "One chunk of a split tile"); here a row's 512 outputs are spread over two warps, and
+  //   m_run is in base 2 (the workspace's max is in natural log).
+  // HINT(2): Write the partials (both warps their 256 columns; one lane per row the max and
+  //   the sum); __threadfence, __syncthreads, then thread 0 takes a ticket with atomicAdd:
+  //   the one that sees num_splits - 1 is last (and resets the counter). __syncthreads_or
+  //   tells the block; the others return. The last one merges: per row M = the largest max,
+  //   weight_p = exp_sums[p] exp(max_p - M) / the sum of them, out = sum_p weight_p
+  //   partial_out[p] (ch05::merge_partitions does one output element).
+  // HINT(3): at = partial_base + local * num_splits + split; partial_out[at * 512 + col] =
+  //   o / l_run (0 if l_run is 0); max_logits[at] = m_run * ln 2; exp_sums[at] = l_run. Then
+  //   __threadfence(); __syncthreads(); if (threadIdx.x == 0) { last = atomicAdd(counters +
+  //   counter, 1) == num_splits - 1; if (last) counters[counter] = 0; } if
+  //   (!__syncthreads_or(last)) return; __threadfence(); then the weights of each row in
+  //   shared memory (free now) and one weighted sum per output, or merge_partitions.
+  // BEGIN SOLUTION(ch11, stretch)
+  // Chapter 5's partial results (natural-log max, exp-sum, normalised output), rows
+  // [local row][split], as chapter 10 lays them out.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (pos[r] < 0) continue;
@@ -378,6 +410,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
                                                w.partial_base + int64_t(row) * S, S, kLatentDim, d));
     }
   }
+  // END SOLUTION
+  // ANCHOR_END: split_merge
   // ANCHOR_END: write_out
 }
 

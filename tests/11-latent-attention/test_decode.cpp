@@ -10,43 +10,59 @@ namespace pa::test {
 namespace {
 
 template <typename T>
-void check_case(const GoldenCase& c, int chunk, int grid, bool want_splits) {
+void check_case(const GoldenCase& c, int chunk, int grid, int want_splits) {
   MlaCase<T> m(c);
   const auto [atol, rtol] = tolerance_of(c);
   const std::vector<T> got = m.run(chunk, grid);
-  if (want_splits) ASSERT_GT(m.splits, 1) << "the forced chunk of " << chunk << " tokens split no tile";
+  if (want_splits == 1) ASSERT_EQ(m.splits, 1) << "a one-block plan split a tile";
+  if (want_splits > 1) ASSERT_GT(m.splits, 1) << "the plan split no tile";
   EXPECT_TRUE(mla_close(got, c.get<double>("expected"), m.qsl, m.seq_lens, m.shape.num_q_heads,
                         ch11::kLatentDim, atol, rtol))
       << c.name() << " (" << c.param("note") << "), planned with chunk_tokens " << (chunk < 0 ? m.chunk_tokens : chunk)
       << ", grid " << (grid < 0 ? m.grid : grid) << ", at most " << m.splits << " chunks a tile";
 }
 
-class MlaGolden : public ::testing::TestWithParam<std::string> {
- protected:
-  GoldenCase golden() const { return GoldenCase(golden_dir("ch11") + "/" + GetParam()); }
-  template <typename F>
-  void with_dtype(const GoldenCase& c, F&& f) {
-    if (c.param("dtype") == "bf16") f(bf16{});
-    else f(half{});
-  }
-};
-
-// The case as the planner plans it (its own chunks, or the case's forced ones).
-TEST_P(MlaGolden, MatchesReference) {
-  const GoldenCase c = golden();
-  with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, -1, -1, false); });
+template <typename F>
+void with_dtype(const GoldenCase& c, F&& f) {
+  if (c.param("dtype") == "bf16") f(bf16{});
+  else f(half{});
 }
 
-// Every tile cut into chunks of 64 tokens, merged by log-sum-exp: the same output.
-TEST_P(MlaGolden, ForcedSplitsMatchReference) {
-  const GoldenCase c = golden();
-  int longest = 0;
-  for (int n : c.get<int>("seq_lens")) longest = std::max(longest, n);
-  if (longest <= 64) GTEST_SKIP() << "no sequence longer than one chunk";
-  with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, 64, 6, true); });
+GoldenCase golden(const std::string& name) { return GoldenCase(golden_dir("ch11") + "/" + name); }
+
+// Core: the whole KV of every tile in one item (a plan for one thread block splits nothing).
+class MlaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MlaGolden, MatchesReference) {
+  const GoldenCase c = golden(GetParam());
+  with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, 0, 1, 1); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch11, MlaGolden, ::testing::ValuesIn(golden_case_names("ch11", "mla_")),
+                         [](const auto& info) { return info.param; });
+
+// Stretch: tiles split into chunks and merged by log-sum-exp (the stretch exercise).
+class StretchMlaSplit : public ::testing::TestWithParam<std::string> {};
+
+// The case's own plan: a small grid the planner fills by splitting a long sequence, or
+// forced chunks.
+TEST_P(StretchMlaSplit, AsPlanned) {
+  const GoldenCase c = golden(GetParam());
+  if (c.param_int("chunk_tokens") == 0 && c.param_int("grid") == 0)
+    GTEST_SKIP() << "the case plans as the core test does";
+  with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, -1, -1, 2); });
+}
+
+// Every tile cut into chunks of 64 tokens.
+TEST_P(StretchMlaSplit, ForcedSplitsMatchReference) {
+  const GoldenCase c = golden(GetParam());
+  int longest = 0;
+  for (int n : c.get<int>("seq_lens")) longest = std::max(longest, n);
+  if (longest <= 64) GTEST_SKIP() << "no sequence longer than one chunk";
+  with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, 64, 6, 2); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch11, StretchMlaSplit, ::testing::ValuesIn(golden_case_names("ch11", "mla_")),
                          [](const auto& info) { return info.param; });
 
 // The kernel's latent output times W_UV is the naive MLA output (K and V decompressed per
@@ -56,7 +72,7 @@ class MlaNaive : public ::testing::TestWithParam<std::string> {};
 template <typename T>
 void check_naive(const GoldenCase& c, double tol) {
   MlaCase<T> m(c);
-  const std::vector<T> lat = m.run();
+  const std::vector<T> lat = m.run(0, 1);
   const std::vector<double> w_uv = c.get<double>("w_uv");  // [H, 512, d_v]
   const int H = m.shape.num_q_heads, d_v = int(c.param_int("d_v")), S = m.shape.num_tokens;
   std::vector<double> sum(size_t(S) * H * d_v, 0.0);
