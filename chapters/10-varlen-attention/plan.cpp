@@ -72,7 +72,8 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
                const std::vector<int>& query_start_loc, int grid, int chunk_tokens) {
   check_metadata(s, {}, seq_lens, query_start_loc);
   PA_REQUIRE(grid >= 1, "make_plan: grid must be at least 1 thread block, got " << grid);
-  PA_REQUIRE(chunk_tokens >= 0, "make_plan: chunk_tokens must be >= 0, got " << chunk_tokens);
+  PA_REQUIRE(chunk_tokens >= 0 || chunk_tokens == kWholeTiles,
+             "make_plan: chunk_tokens must be >= 0 (or kWholeTiles), got " << chunk_tokens);
   const int G = s.num_q_heads / s.num_kv_heads;
 
   // Row tiles: each sequence's n_b * G rows, 64 at a time (8 for a decode tile). A tile's last row
@@ -89,7 +90,7 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
       const int rows = tile_rows(n, G, row0);
       const int last_token = (row0 + rows - 1) / G;
       const int kv_needed = seq_lens[size_t(b)] - n + last_token + 1;
-      const bool by_warp = chunk_tokens == 0 && decode_tile(n, G) && kv_needed <= kWarpItemTokens;
+      const bool by_warp = chunk_tokens <= 0 && decode_tile(n, G) && kv_needed <= kWarpItemTokens;
       tiles.push_back({b, row0, rows, kv_needed, by_warp});
       total += item_cost(kv_needed, rows, by_warp) * s.num_kv_heads;
     }

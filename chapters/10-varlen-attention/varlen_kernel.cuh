@@ -1,5 +1,6 @@
 // Your exercise file. (Generated from solutions/10-varlen-attention/varlen_kernel.cuh; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 10, exercises 3 and 4 of 4: the varlen kernel. One thread block runs the work items
+// Chapter 10, exercises 3 and 4 of 4 (core), and the stretch exercise 5 (the split-tile merge
+// at the end of attend_item): the varlen kernel. One thread block runs the work items
 // the plan dealt it, one after another. An item is a tile of query rows (64; 8 for a
 // decode) of one sequence and one KV head -- (new token, query head) pairs, row i * G + h --
 // over a chunk of that sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one
@@ -517,125 +518,22 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     }
     return;
   }
-  // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
-  // normalised output), rows [local row][split] so that a row's chunks are consecutive.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!writer || pos[r] < 0) continue;
-    const int64_t at = w.partial_base + int64_t(16 * row_warp + g + 8 * r) * w.num_splits + w.split;
-    const float inv = l_run[r] == 0.f ? 0.f : v_scale / l_run[r];
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2*>(a.partial_out + at * D + 8 * n + 2 * t) =
-          make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (t == 0) {
-      a.max_logits[at] = m_run[r] * 0.6931471805599453f;  // base 2 -> base e (-inf stays)
-      a.exp_sums[at] = l_run[r];
-    }
-  }
-  // The last chunk of the tile to finish merges them all (chapter 9's ticket). The fence
-  // makes this block's partials visible to the whole GPU before it counts.
-  __threadfence();
-  __syncthreads();
-  bool last = false;
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.counters + w.counter, 1) == w.num_splits - 1;
-    if (last) a.counters[w.counter] = 0;  // ready for the next launch
-  }
-  if (!__syncthreads_or(last)) return;
-  __threadfence();
-  // Chapter 5's merge, in two passes: each row's weights exp_sum_p * exp(max_p - M) / L once
-  // (in the ring), then every output element is one weighted sum of its row's partials. A
-  // tile with more chunks than the ring holds weights for merges with merge_partitions itself.
-  // The partials were written by other SMs and are read from L2: a load takes a microsecond
-  // or so, and the merge is a chain of them unless many are in flight at once (as scalar
-  // loads, one chunk at a time, a merge took tens of microseconds: NOTES.md, v6).
-  const int S = w.num_splits;
-  float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
-  const bool in_ring = int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes;
-  if (in_ring) {
-    constexpr int kP = 8;  // chunks whose max and sum are loaded together
-    for (int row = threadIdx.x; row < tile_rows; row += kWarps * 32) {
-      const int64_t first = w.partial_base + int64_t(row) * S;
-      float M = -INFINITY, total = 0.f;
-      for (int p0 = 0; p0 < S; p0 += kP) {
-        float m[kP];
-#pragma unroll
-        for (int k = 0; k < kP; ++k) m[k] = p0 + k < S ? a.max_logits[first + p0 + k] : -INFINITY;
-#pragma unroll
-        for (int k = 0; k < kP; ++k) M = fmaxf(M, m[k]);
-      }
-      for (int p0 = 0; p0 < S; p0 += kP) {
-        float m[kP], e[kP];
-#pragma unroll
-        for (int k = 0; k < kP; ++k) {
-          m[k] = p0 + k < S ? a.max_logits[first + p0 + k] : 0.f;
-          e[k] = p0 + k < S ? a.exp_sums[first + p0 + k] : 0.f;
-        }
-#pragma unroll
-        for (int k = 0; k < kP; ++k)
-          if (p0 + k < S) total += (weights[row * S + p0 + k] = e[k] * expf(m[k] - M));
-      }
-      for (int p = 0; p < S; ++p) weights[row * S + p] /= total;
-    }
-    __syncthreads();
-  }
-  // Each thread sums kBatch pieces of 4 outputs at once, kP chunks at a time: kBatch x kP
-  // 16-byte loads in flight together.
-  auto merge_outputs = [&](auto batch, auto chunks) {
-    constexpr int kBatch = decltype(batch)::value, kP = decltype(chunks)::value;
-    constexpr int kStride = kWarps * 32, kQuads = D / 4;  // 4-float pieces per row
-    const int quads = tile_rows * kQuads;
-    for (int i0 = threadIdx.x; i0 < quads; i0 += kBatch * kStride) {
-      float4 sum[kBatch];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int p0 = 0; p0 < S; p0 += kP) {
-        float4 part[kBatch][kP];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k)
-#pragma unroll
-          for (int u = 0; u < kP; ++u) {
-            const int i = i0 + k * kStride;
-            part[k][u] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (i < quads && p0 + u < S)
-              part[k][u] = reinterpret_cast<const float4*>(a.partial_out)
-                  [(w.partial_base + int64_t(i / kQuads) * S + p0 + u) * kQuads + i % kQuads];
-          }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k)
-#pragma unroll
-          for (int u = 0; u < kP; ++u) {
-            const int i = i0 + k * kStride;
-            const float wt = i < quads && p0 + u < S ? weights[(i / kQuads) * S + p0 + u] : 0.f;
-            sum[k].x += wt * part[k][u].x;
-            sum[k].y += wt * part[k][u].y;
-            sum[k].z += wt * part[k][u].z;
-            sum[k].w += wt * part[k][u].w;
-          }
-      }
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const int i = i0 + k * kStride, row = w.row0 + i / kQuads;
-        if (i < quads)
-          *reinterpret_cast<uint2*>(a.out + (int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D +
-                                    4 * (i % kQuads)) =
-              make_uint2(pack2<T>(sum[k].x, sum[k].y), pack2<T>(sum[k].z, sum[k].w));
-      }
-    }
-  };
-  if (!in_ring) {  // more chunks than the ring has room for: chapter 5's merge, per output
-    for (int i = threadIdx.x; i < tile_rows * D; i += kWarps * 32) {
-      const int row = w.row0 + i / D;
-      a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
-          from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
-                                               w.partial_base + int64_t(i / D) * S, S, D, i % D));
-    }
-  } else if (tile_rows > kDecodeRows) {
-    merge_outputs(std::integral_constant<int, 4>{}, std::integral_constant<int, 4>{});
-  } else {  // 8 rows: 2 pieces per thread, many chunks (a long decode)
-    merge_outputs(std::integral_constant<int, 2>{}, std::integral_constant<int, 8>{});
-  }
+  // TODO(ch10, stretch): a chunk of a split tile (w.num_splits > 1): this item attended chunk
+  //   w.split of its tile's KV, [w.kv_begin, w.kv_end). Once every chunk of the tile has run,
+  //   each row of the tile that exists (local row 0 .. tile_rows - 1, row w.row0 + local of
+  //   the sequence) holds in out what the whole-tile path above would have written there: the
+  //   attention over the tile's whole KV. The chunks pass chapter 5's partial results through
+  //   the workspace: local row `local` of chunk p at index w.partial_base + local *
+  //   w.num_splits + p of a.max_logits (the chunk's max score, natural log), a.exp_sums (its
+  //   exp-sum at that max) and a.partial_out (D floats at index * D: its output, normalised
+  //   by its own exp-sum, times v_scale). This lane's state is the whole-tile path's (m_run[r]
+  //   in base 2, l_run[r], o[n][2r + e]; `writer` and pos[r] >= 0 say which lanes hold a row).
+  //   a.counters[w.counter], the tile's ticket, is 0 before the launch and must be 0 after it.
+  //   Exactly one chunk, the last to finish, merges, and it reads only partials that the
+  //   others made visible to the whole GPU first. Tests: StretchSplitTiles.*,
+  //   StretchVarlenChunkEnds.*, StretchDecodeEquality.*, StretchFp8DecodeEquality.*,
+  //   StretchVarlenLong.* (GPU).
+  // (your code here)
   // ANCHOR_END: write_out
 }
 

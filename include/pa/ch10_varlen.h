@@ -126,6 +126,10 @@ struct Plan {
 // that the items fill `grid` thread blocks about once; a positive value forces one chunk size
 // for every tile (rounded up to kKvTile; tests use it to force splits). Items are dealt
 // longest first to the least-loaded thread block.
+// chunk_tokens = kWholeTiles cuts no tile: every item attends its tile's whole KV (warp
+// items as with 0). The core tests plan this way; split tiles (their partials and the merge
+// by the last chunk) are the chapter's stretch exercise, tested by the Stretch* suites.
+inline constexpr int kWholeTiles = -1;
 Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
                const std::vector<int>& query_start_loc, int grid, int chunk_tokens = 0);
 

@@ -1,4 +1,5 @@
-// Chapter 10, exercises 3 and 4 of 4: the varlen kernel. One thread block runs the work items
+// Chapter 10, exercises 3 and 4 of 4 (core), and the stretch exercise 5 (the split-tile merge
+// at the end of attend_item): the varlen kernel. One thread block runs the work items
 // the plan dealt it, one after another. An item is a tile of query rows (64; 8 for a
 // decode) of one sequence and one KV head -- (new token, query head) pairs, row i * G + h --
 // over a chunk of that sequence's KV. Warp w owns rows 16 w .. 16 w + 15 of the tile: one
@@ -539,6 +540,43 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     }
     return;
   }
+  // TODO(ch10, stretch): a chunk of a split tile (w.num_splits > 1): this item attended chunk
+  //   w.split of its tile's KV, [w.kv_begin, w.kv_end). Once every chunk of the tile has run,
+  //   each row of the tile that exists (local row 0 .. tile_rows - 1, row w.row0 + local of
+  //   the sequence) holds in out what the whole-tile path above would have written there: the
+  //   attention over the tile's whole KV. The chunks pass chapter 5's partial results through
+  //   the workspace: local row `local` of chunk p at index w.partial_base + local *
+  //   w.num_splits + p of a.max_logits (the chunk's max score, natural log), a.exp_sums (its
+  //   exp-sum at that max) and a.partial_out (D floats at index * D: its output, normalised
+  //   by its own exp-sum, times v_scale). This lane's state is the whole-tile path's (m_run[r]
+  //   in base 2, l_run[r], o[n][2r + e]; `writer` and pos[r] >= 0 say which lanes hold a row).
+  //   a.counters[w.counter], the tile's ticket, is 0 before the launch and must be 0 after it.
+  //   Exactly one chunk, the last to finish, merges, and it reads only partials that the
+  //   others made visible to the whole GPU first. Tests: StretchSplitTiles.*,
+  //   StretchVarlenChunkEnds.*, StretchDecodeEquality.*, StretchFp8DecodeEquality.*,
+  //   StretchVarlenLong.* (GPU).
+  // HINT(1): Two halves. Every chunk writes its rows' partials; then a ticket picks the chunk
+  //   that finished last, and that one merges all of them, row by row, with chapter 5's
+  //   log-sum-exp merge (merge_partitions in reduce_partitions.cuh).
+  // HINT(2): The partials: the writer lanes store, for each of their rows with pos[r] >= 0,
+  //   the output o * (v_scale / l_run) (0 if l_run is 0), the max m_run converted from base 2
+  //   to natural log (times ln 2; -inf stays -inf) and l_run. The ticket: __threadfence(),
+  //   __syncthreads(), then thread 0 does atomicAdd(counter, 1), which returns the count
+  //   BEFORE the add: the last chunk sees num_splits - 1, and resets the counter to 0.
+  //   __syncthreads_or shares the answer; the others return, the last fences again.
+  // HINT(3): 1. Partials: for r in 0, 1, skip !writer or pos[r] < 0; at = w.partial_base +
+  //   (16 * row_warp + g + 8 r) * w.num_splits + w.split; inv = l_run[r] == 0 ? 0 : v_scale /
+  //   l_run[r]; partial_out[at * D + 8 n + 2 t + e] = o[n][2 r + e] * inv for every n, e; lane
+  //   t == 0 writes max_logits[at] = m_run[r] * 0.6931471805599453f and exp_sums[at] = l_run[r].
+  //   2. Ticket: __threadfence(); __syncthreads(); thread 0: last = atomicAdd(a.counters +
+  //   w.counter, 1) == w.num_splits - 1, and if last, a.counters[w.counter] = 0; if
+  //   (!__syncthreads_or(last)) return; __threadfence().
+  //   3. Merge (all threads): for i = threadIdx.x; i < tile_rows * D; i += kWarps * 32: row =
+  //   w.row0 + i / D; out[(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
+  //   from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
+  //   w.partial_base + (i / D) * w.num_splits, w.num_splits, D, i % D)). (The solution also
+  //   keeps each row's weights in the ring and loads many partials at once: faster, not needed.)
+  // BEGIN SOLUTION(ch10, stretch)
   // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
   // normalised output), rows [local row][split] so that a row's chunks are consecutive.
 #pragma unroll
@@ -658,6 +696,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   } else {  // 8 rows: 2 pieces per thread, many chunks (a long decode)
     merge_outputs(std::integral_constant<int, 2>{}, std::integral_constant<int, 8>{});
   }
+  // END SOLUTION
   // ANCHOR_END: write_out
 }
 

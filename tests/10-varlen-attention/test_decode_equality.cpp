@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "varlen_case.h"
 #ifdef PA_WITH_CH09
@@ -36,7 +37,7 @@ std::vector<int> decode_query_start_loc(const std::vector<int>& lens) {
 }
 
 template <typename T>
-void check_decode_case(const GoldenCase& g) {
+void check_decode_case(const GoldenCase& g, std::initializer_list<int> chunks) {
   pa::test::PagedCase<T> c(g, /*permutation_seed=*/0);
   const auto& s = c.shape;
   const size_t row = size_t(s.num_q_heads) * s.head_size;
@@ -65,7 +66,7 @@ void check_decode_case(const GoldenCase& g) {
 
   pa::ch10::check_metadata(vs, c.table, c.context_lens, qsl);
   VarlenAttention attn;
-  for (int chunk : {0, 64}) {
+  for (int chunk : chunks) {
     attn.plan(vs, pa::dtype_of<T>(), pa::ch10::CacheType::model_dtype, c.context_lens, qsl, chunk);
     attn.poison_workspace();
     pa::test::poison(out);
@@ -82,23 +83,37 @@ void check_decode_case(const GoldenCase& g) {
   }
 }
 
+void check_decode(const std::string& name, std::initializer_list<int> chunks) {
+  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + name);
+  switch (pa::parse_dtype(g.param("dtype"))) {
+    case pa::DType::fp32: GTEST_SKIP() << "chapter 10 serves half and bf16 queries, not fp32";
+    case pa::DType::fp16: return check_decode_case<pa::half>(g, chunks);
+    case pa::DType::bf16: return check_decode_case<pa::bf16>(g, chunks);
+  }
+}
+
+// Core: whole tiles (no split tile: the stretch exercise's merge never runs).
 class DecodeEquality : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DecodeEquality, OneTokenPerSequenceIsChapter9sDecode) {
-  const GoldenCase g(pa::test::golden_dir("ch04") + "/" + GetParam());
-  switch (pa::parse_dtype(g.param("dtype"))) {
-    case pa::DType::fp32: GTEST_SKIP() << "chapter 10 serves half and bf16 queries, not fp32";
-    case pa::DType::fp16: return check_decode_case<pa::half>(g);
-    case pa::DType::bf16: return check_decode_case<pa::bf16>(g);
-  }
+  check_decode(GetParam(), {pa::ch10::kWholeTiles});
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch04, DecodeEquality,
                          ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
                          [](const auto& info) { return info.param; });
 
+// Stretch (the split-tile merge): the planner's own chunks, and forced chunks of 64 tokens.
+class StretchDecodeEquality : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StretchDecodeEquality, OneTokenPerSequenceIsChapter9sDecode) { check_decode(GetParam(), {0, 64}); }
+
+INSTANTIATE_TEST_SUITE_P(Ch04, StretchDecodeEquality,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch04", "decode_")),
+                         [](const auto& info) { return info.param; });
+
 template <typename T>
-void check_fp8_decode_case(const GoldenCase& g) {
+void check_fp8_decode_case(const GoldenCase& g, int chunk) {
   const pa::ch04::PagedAttentionShape s = pa::test::paged_shape_of(g);
   const std::vector<int> lens = g.get<int>("context_lens");
   const int max_len = *std::max_element(lens.begin(), lens.end());
@@ -131,14 +146,15 @@ void check_fp8_decode_case(const GoldenCase& g) {
 
   pa::ch10::check_metadata(vs, table, lens, qsl);
   VarlenAttention attn;
-  attn.plan(vs, pa::dtype_of<T>(), pa::ch10::CacheType::fp8_e4m3, lens, qsl);
+  attn.plan(vs, pa::dtype_of<T>(), pa::ch10::CacheType::fp8_e4m3, lens, qsl, chunk);
   attn.poison_workspace();
   pa::test::poison(out);
   attn.run_fp8<T>(out.get(), q.get(), k.get(), v.get(), d_table.get(), d_lens.get(), d_qsl.get(),
                   k_scale.get(), v_scale.get(), scale);
   const std::vector<T> got = out.download();
   EXPECT_TRUE(pa::test::all_close(got, want, dims, atol, rtol))
-      << "vs the dequantized reference, " << g.name() << ": " << g.param("note")
+      << "vs the dequantized reference, chunk_tokens " << chunk << ", " << g.name() << ": "
+      << g.param("note")
       << "\n  (query token = the case's non-empty sequences in order)";
 #ifdef PA_WITH_CH09
   EXPECT_TRUE(pa::test::all_close(got, ch09, dims, atol, rtol))
@@ -146,20 +162,29 @@ void check_fp8_decode_case(const GoldenCase& g) {
 #endif
 }
 
-class Fp8DecodeEquality : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Fp8DecodeEquality, OneTokenPerSequenceIsChapter9sFp8Decode) {
-  const GoldenCase g(pa::test::golden_dir("ch06") + "/" + GetParam());
+void check_fp8_decode(const std::string& name, int chunk) {
+  const GoldenCase g(pa::test::golden_dir("ch06") + "/" + name);
   if (g.param_int("block_size") == 8)
     GTEST_SKIP() << "chapter 10's e4m3 cache takes block sizes 16 and 32";
   switch (pa::parse_dtype(g.param("dtype"))) {
     case pa::DType::fp32: GTEST_SKIP() << "chapter 10 serves half and bf16 queries, not fp32";
-    case pa::DType::fp16: return check_fp8_decode_case<pa::half>(g);
-    case pa::DType::bf16: return check_fp8_decode_case<pa::bf16>(g);
+    case pa::DType::fp16: return check_fp8_decode_case<pa::half>(g, chunk);
+    case pa::DType::bf16: return check_fp8_decode_case<pa::bf16>(g, chunk);
   }
 }
 
+// Core: whole tiles. Stretch: the planner's own chunks (split tiles).
+class Fp8DecodeEquality : public ::testing::TestWithParam<std::string> {};
+TEST_P(Fp8DecodeEquality, OneTokenPerSequenceIsChapter9sFp8Decode) {
+  check_fp8_decode(GetParam(), pa::ch10::kWholeTiles);
+}
 INSTANTIATE_TEST_SUITE_P(Ch06, Fp8DecodeEquality,
+                         ::testing::ValuesIn(pa::test::golden_case_names("ch06", "decode_fp8_")),
+                         [](const auto& info) { return info.param; });
+
+class StretchFp8DecodeEquality : public ::testing::TestWithParam<std::string> {};
+TEST_P(StretchFp8DecodeEquality, OneTokenPerSequenceIsChapter9sFp8Decode) { check_fp8_decode(GetParam(), 0); }
+INSTANTIATE_TEST_SUITE_P(Ch06, StretchFp8DecodeEquality,
                          ::testing::ValuesIn(pa::test::golden_case_names("ch06", "decode_fp8_")),
                          [](const auto& info) { return info.param; });
 

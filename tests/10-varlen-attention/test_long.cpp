@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 
@@ -83,7 +84,8 @@ TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
   PA_CUDA_CHECK(cudaStreamCreate(&stream));
   VarlenAttention& attn = b.attn;
   auto plan = [&](const std::vector<int>& seq_lens) {
-    attn.plan(b.shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, b.qsl, 0, 0, stream);
+    attn.plan(b.shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, b.qsl,
+              pa::ch10::kWholeTiles, 0, stream);
     dl.upload(seq_lens);
   };
   auto run = [&] {
@@ -120,7 +122,8 @@ TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
   PA_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-TEST(VarlenLong, ThirtyTwoThousandTokensBesideSixtyThreeDecodes) {
+// Stretch: the planner splits the 32K sequence's tiles.
+TEST(StretchVarlenLong, ThirtyTwoThousandTokensBesideSixtyThreeDecodes) {
   std::vector<int> lens = {32768}, new_lens(64, 1);
   std::mt19937 rng(5);
   for (int i = 0; i < 63; ++i) lens.push_back(1 + int(rng() % 700));
@@ -140,7 +143,7 @@ TEST(VarlenLong, ThirtyTwoThousandTokensBesideSixtyThreeDecodes) {
       << "32K + 63 decodes, chunks of 2048";
 }
 
-TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) {
+void prefill_chunk(std::initializer_list<int> chunks) {
   // The chunk, with decodes and a short spec-decode beside it.
   LongBatch batch(32, 8, 128, 16, {5120, 300, 77, 2000}, {1024, 1, 1, 4}, 33);
   // Every 29th token of the chunk, its first and last ones, and every other sequence's rows.
@@ -153,7 +156,7 @@ TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) {
                                                    batch.scale, tokens);
   const auto dims = pa::test::varlen_out_dims(batch.shape);
   const size_t row = size_t(batch.shape.num_q_heads) * batch.shape.head_size;
-  for (int chunk : {0, 1024}) {
+  for (int chunk : chunks) {
     const auto got = batch.run(chunk);
     // The rows not computed on the host are compared with themselves: only a NaN (never
     // written, or read from the poison) fails there.
@@ -166,10 +169,13 @@ TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) {
   }
 }
 
+TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) { prefill_chunk({pa::ch10::kWholeTiles}); }
+TEST(StretchVarlenLong, PrefillChunkOf1024OverA4096Prefix) { prefill_chunk({0, 1024}); }
+
 // A split tile's merge keeps its weights (rows x chunks floats) in the ring; with more
 // chunks than fit (64 rows x 512 chunks of 64 tokens: 128 KB, over the ring's 108 KB), it
 // merges with chapter 5's merge_partitions instead. Both must agree with the host.
-TEST(VarlenLong, MoreChunksThanTheRingHoldsWeightsFor) {
+TEST(StretchVarlenLong, MoreChunksThanTheRingHoldsWeightsFor) {
   LongBatch batch(32, 8, 128, 16, {32768}, {16}, 41);  // 16 tokens x 4 heads: a 64-row tile
   std::vector<int> tokens(16);
   std::iota(tokens.begin(), tokens.end(), 0);

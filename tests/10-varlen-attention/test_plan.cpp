@@ -196,6 +196,15 @@ TEST(Planner, CoversEveryTileWithContiguousChunks) {
         EXPECT_TRUE(valid_plan(b, p, grid, chunk))
             << "batch " << i << ", grid " << grid << ", chunk_tokens " << chunk;
       }
+      // kWholeTiles (the core tests' plans): the same tiles, none cut, warp items as with 0.
+      const Plan whole = make_plan(b.shape, b.seq_lens, b.qsl, grid, pa::ch10::kWholeTiles);
+      EXPECT_TRUE(valid_plan(b, whole, grid, 0)) << "batch " << i << ", grid " << grid << ", kWholeTiles";
+      EXPECT_EQ(split_items(whole), 0) << "batch " << i << ", grid " << grid << ", kWholeTiles";
+      const Plan planner = make_plan(b.shape, b.seq_lens, b.qsl, grid, 0);
+      auto warp_items = [](const Plan& p) {
+        return std::count_if(p.items.begin(), p.items.end(), [](const WorkItem& w) { return w.by_warp; });
+      };
+      EXPECT_EQ(warp_items(whole), warp_items(planner)) << "batch " << i << ", grid " << grid;
     }
   }
 }
