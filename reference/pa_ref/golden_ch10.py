@@ -234,6 +234,19 @@ def share_twin_blocks(case, block_table, k_pool, v_pool):
             v_pool[block_table[dst, j]] = v_pool[block_table[src, j]]
 
 
+# Cases that also store the output over each sequence's first keys only (expected_first_keys):
+# a plan whose one item per tile stops there -- inside a stage, no split -- must give it.
+# 40 tokens: inside a 16-token half of a stage; 48 on an e4m3 cache (its V pieces are 16 tokens).
+FIRST_KEYS_CASES = ("varlen_fp16_d128_bs16_g4_decode_edges", "varlen_fp16_d128_bs16_g4_spec",
+                    "varlen_bf16_d96_bs16_g8_spec", "varlen_fp16_d80_bs8_g2_chunked",
+                    "varlen_fp16_d128_bs16_g16_mqa", "varlen_fp16_d64_bs16_g32_mqa_decode",
+                    "varlen_fp8_bf16_d64_bs32_g2_mixed", "varlen_fp8_fp16_d256_bs32_g2_prefill")
+
+
+def first_keys(case):
+    return 48 if case.fp8 else 40
+
+
 def varlen_arrays(case):
     """Draw a case's inputs into permuted, NaN-poisoned pools; compute `expected`."""
     rng = np.random.default_rng(case_seed(case.name))
@@ -276,6 +289,9 @@ def varlen_arrays(case):
     if case.fp8:
         arrays["expected_unquantized"] = paged_prefill_attention(
             q, k_values, v_values, block_table, seq_lens, query_start_loc, scale)
+    if case.name in FIRST_KEYS_CASES:
+        arrays["expected_first_keys"] = paged_prefill_attention(
+            q, k_read, v_read, block_table, seq_lens, query_start_loc, scale, kv_limit=first_keys(case))
     return arrays
 
 
@@ -307,6 +323,8 @@ def varlen_params(case):
     }
     if case.fp8:
         params.update(fp8_atol=FP8_ATOL, fp8_rtol=FP8_RTOL)
+    if case.name in FIRST_KEYS_CASES:
+        params["first_keys"] = first_keys(case)
     return params
 
 

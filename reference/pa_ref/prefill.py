@@ -23,8 +23,12 @@ from .attention import softmax
 from .paged import paged_gather, pool_dims
 
 
-def paged_prefill_attention(q, k_pool, v_pool, block_table, context_lens, query_start_loc, scale):
-    """Causal attention of every new token over its sequence's paged K/V: [T, Hq, D] float64."""
+def paged_prefill_attention(q, k_pool, v_pool, block_table, context_lens, query_start_loc, scale,
+                            kv_limit=None):
+    """Causal attention of every new token over its sequence's paged K/V: [T, Hq, D] float64.
+
+    kv_limit: also cut every row's keys at the sequence's first kv_limit tokens (what a work
+    item [0, kv_limit) of its tile must give)."""
     q = np.asarray(q, dtype=np.float64)
     context_lens = np.asarray(context_lens)
     query_start_loc = np.asarray(query_start_loc)
@@ -49,8 +53,9 @@ def paged_prefill_attention(q, k_pool, v_pool, block_table, context_lens, query_
             raise ValueError(f"sequence {b}: {n_new} new tokens but context_len {length}")
         for i in range(n_new):
             pos = length - n_new + i
-            keys = np.repeat(k_dense[b, :pos + 1], group, axis=1)  # [pos + 1, Hq, D]
-            values = np.repeat(v_dense[b, :pos + 1], group, axis=1)
+            seen = pos + 1 if kv_limit is None else min(pos + 1, kv_limit)
+            keys = np.repeat(k_dense[b, :seen], group, axis=1)  # [seen, Hq, D]
+            values = np.repeat(v_dense[b, :seen], group, axis=1)
             scores = scale * np.einsum("hd,nhd->hn", q[start + i], keys)
             out[start + i] = np.einsum("hn,nhd->hd", softmax(scores), values)
     return out

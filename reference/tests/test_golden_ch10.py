@@ -20,7 +20,7 @@ from pa_ref import (
 )
 from pa_ref.golden import CHAPTERS, main
 from pa_ref.golden_ch06 import FP8_ATOL, FP8_RTOL
-from pa_ref.golden_ch10 import CH10_VARLEN, TILE_ROWS
+from pa_ref.golden_ch10 import CH10_VARLEN, FIRST_KEYS_CASES, TILE_ROWS
 from pa_ref.golden_ch10_plan import CH10_PLANS
 from pa_ref.golden_io import TOLERANCES
 from pa_ref.paged import blocks_for, pack_x
@@ -122,7 +122,9 @@ def test_names_and_params_describe_the_case(cases):
 
 def test_array_names_dtypes_and_shapes(cases):
     for spec, a, _ in cases:
-        want = FP8_ARRAYS if spec.fp8 else MODEL_ARRAYS
+        want = dict(FP8_ARRAYS if spec.fp8 else MODEL_ARRAYS)
+        if spec.name in FIRST_KEYS_CASES:
+            want["expected_first_keys"] = np.float64
         assert set(a) == set(want), spec.name
         for key, dtype in want.items():
             assert a[key].dtype == dtype, (spec.name, key)
@@ -192,6 +194,28 @@ def test_expected_is_the_reference_of_the_stored_inputs(cases):
         # Padding entries replaced by the unowned, all-NaN block: still never read.
         table = np.where(a["block_table"] < 0, a["unowned_block"], a["block_table"])
         np.testing.assert_array_equal(reference(a, block_table=table), a["expected"])
+
+
+def test_first_keys_cut_rows_that_see_further_and_only_those(cases):
+    """expected_first_keys (the core kv_end test's): every row's keys cut at the sequence's
+    first `first_keys` tokens. The cases must have rows that see past the cut (else a mask
+    without kv_end would pass) and rows whose causal end is already inside it."""
+    seen = set()
+    for spec, a, p in cases:
+        if spec.name not in FIRST_KEYS_CASES:
+            assert "first_keys" not in p, spec.name
+            continue
+        seen.add(spec.name)
+        k = int(p["first_keys"])
+        assert k % 8 == 0 and k % 16 != 0 or spec.fp8, (spec.name, k)  # inside a 16-token half
+        cut = reference(a, kv_limit=k)
+        np.testing.assert_array_equal(cut, a["expected_first_keys"], err_msg=spec.name)
+        qsl, lens = a["query_start_loc"], a["seq_lens"]
+        pos = np.concatenate([np.arange(l - (qsl[b + 1] - qsl[b]), l) for b, l in enumerate(lens)])
+        assert (pos >= k).any(), spec.name
+        differs = np.abs(cut - a["expected"]).max(axis=(1, 2)) > 0
+        np.testing.assert_array_equal(differs, pos >= k, err_msg=spec.name)
+    assert seen == set(FIRST_KEYS_CASES)
 
 
 def test_rows_of_a_sequence_without_new_tokens_are_absent(cases):

@@ -81,6 +81,79 @@ void check_cuts(const GoldenCase& g) {
   }
 }
 
+// Every tile of the batch as ONE item (no split, so no merge: the core track) that stops at
+// the sequence's first `keys` tokens, kv_end = min(kv_needed, keys), dealt round-robin.
+Plan stop_every_tile(const pa::ch10::VarlenShape& s, const std::vector<int>& seq_lens,
+                     const std::vector<int>& qsl, int keys, int grid) {
+  const int G = s.num_q_heads / s.num_kv_heads;
+  std::vector<WorkItem> items;
+  Plan p;
+  p.grid = grid;
+  for (int b = 0; b < s.num_seqs; ++b) {
+    const int n = qsl[size_t(b) + 1] - qsl[size_t(b)];
+    for (int row0 = 0; row0 < n * G; row0 += pa::ch10::tile_size(n, G)) {
+      const int rows = pa::ch10::tile_rows(n, G, row0);
+      const int kv_needed = seq_lens[size_t(b)] - n + (row0 + rows - 1) / G + 1;
+      for (int h = 0; h < s.num_kv_heads; ++h)
+        items.push_back({b, h, row0, 0, std::min(kv_needed, keys), 0, 1, 0, -1, 0});
+    }
+  }
+  p.cta_start.assign(size_t(grid) + 1, 0);
+  for (int c = 0; c < grid; ++c) {
+    for (size_t i = size_t(c); i < items.size(); i += size_t(grid)) p.items.push_back(items[i]);
+    p.cta_start[size_t(c) + 1] = int(p.items.size());
+  }
+  return p;
+}
+
+template <typename T>
+void check_item_ends(const GoldenCase& g) {
+  VarlenCase<T> c(g);
+  const int keys = g.param_int("first_keys");
+  const std::vector<double> expected = g.get<double>("expected_first_keys");
+  VarlenAttention attn;
+  const Plan p = stop_every_tile(c.shape, c.seq_lens, c.qsl, keys, 3);
+  attn.use_plan(c.shape, pa::dtype_of<T>(), c.cache(), p);
+  pa::test::poison(c.out);
+  if (c.fp8)
+    attn.run_fp8<T>(c.out.get(), c.q.get(), c.k8.get(), c.v8.get(), c.d_table.get(), c.d_lens.get(),
+                    c.d_qsl.get(), c.k_scale.get(), c.v_scale.get(), c.scale);
+  else
+    attn.run<T>(c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(), c.d_table.get(), c.d_lens.get(),
+                c.d_qsl.get(), c.scale);
+  EXPECT_TRUE(pa::test::all_close(c.out.download(), expected, pa::test::varlen_out_dims(c.shape), c.atol,
+                                  c.rtol))
+      << c.name << ": every tile run as one item that stops at kv_end = " << keys << " (inside a stage, "
+      << "no split): each row must see only its keys before kv_end (and, causally, up to its own "
+      << "position). A query token that fails here and not in VarlenGolden sees keys at or past its "
+      << "item's kv_end: the stage's slots past kv_end hold zeros, and a score of 0 is not -inf.";
+}
+
+// Core: a row must see only its item's [kv_begin, kv_end) (the mask exercise's contract).
+class VarlenItemEnds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VarlenItemEnds, ItemsStoppingInsideAStageSeeNothingPastTheirEnd) {
+  const GoldenCase g(pa::test::golden_dir("ch10") + "/" + GetParam());
+  switch (pa::parse_dtype(g.param("dtype"))) {
+    case pa::DType::fp16: return check_item_ends<pa::half>(g);
+    case pa::DType::bf16: return check_item_ends<pa::bf16>(g);
+    default: FAIL() << "chapter 10 serves half and bf16 queries";
+  }
+}
+
+// reference/pa_ref/golden_ch10.py's FIRST_KEYS_CASES: decode, verification, chunked prefill,
+// multi-query, an e4m3 cache and D 256.
+INSTANTIATE_TEST_SUITE_P(Ch10, VarlenItemEnds,
+                         ::testing::Values("varlen_fp16_d128_bs16_g4_decode_edges",
+                                           "varlen_fp16_d128_bs16_g4_spec",
+                                           "varlen_bf16_d96_bs16_g8_spec",
+                                           "varlen_fp16_d80_bs8_g2_chunked",
+                                           "varlen_fp16_d128_bs16_g16_mqa",
+                                           "varlen_fp16_d64_bs16_g32_mqa_decode",
+                                           "varlen_fp8_bf16_d64_bs32_g2_mixed",
+                                           "varlen_fp8_fp16_d256_bs32_g2_prefill"),
+                         [](const auto& info) { return std::string(info.param); });
+
 // Stretch: every plan here splits tiles (the merge is the stretch exercise), and only a split
 // tile's chunk can end before its rows' own positions: kv_end matters only there.
 class StretchVarlenChunkEnds : public ::testing::TestWithParam<std::string> {};
