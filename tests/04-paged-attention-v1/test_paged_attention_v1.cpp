@@ -100,6 +100,14 @@ TEST(PagedV1Errors, CheckedModeRefusesBadMetadata) {
   md.max_blocks_per_seq = 2;
   md.block_table = {3, 9};
   md.context_lens = {20};
+#ifdef PA_MINE  // make test-mine-4: your chapter 3; its validate is a stretch exercise
+  try {
+    md.validate(8, 16);
+    GTEST_SKIP() << "needs chapter 3's stretch exercise (BatchMetadata::validate), which your "
+                    "chapters/03-block-tables leaves undone: this test checks that DeviceBatch calls it";
+  } catch (const pa::Error&) {
+  }
+#endif
   EXPECT_TRUE(error_contains([&] { pa::ch04::DeviceBatch batch(md, 8, 16); },
                              "block_table[0][1] = 9 is not a block of the pool"));
   md.block_table = {3, 5};

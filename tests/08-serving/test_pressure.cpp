@@ -329,6 +329,11 @@ TEST(Pressure, StepBlocksCountsOneCopyPerOwnerButTheLast) {
   m.append_slots(0, 5);  // one partly filled block
   m.fork(0, 1);
   m.fork(0, 2);
+#ifdef PA_MINE  // make test-mine-8: your chapter 7; its exact step_blocks is a stretch exercise
+  if (m.step_blocks({0, 1, 2}, {1, 1, 1}) == 3)
+    GTEST_SKIP() << "needs chapter 7's stretch exercise (SharedBlockManager::step_blocks, exact), "
+                    "which your chapters/07-copy-on-write leaves at the upper bound";
+#endif
   EXPECT_EQ(m.step_blocks({0, 1, 2}, {1, 1, 1}), 2) << "three owners append: two copies";
   EXPECT_EQ(m.step_blocks({0, 1}, {1, 1}), 2) << "two of three owners append: both copy";
   EXPECT_EQ(m.step_blocks({0, 1, 2}, {1, 0, 1}), 2) << "an owner with no new token copies nothing";
