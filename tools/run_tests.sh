@@ -186,8 +186,8 @@ if [ "$backend" = cpu ]; then
     # Core and stretch apart: the "core done" tree of each chapter with stretch exercises.
     step "core done: core tests pass with every stretch exercise a stub, Stretch suites fail" core_done
     # Chapter 8's random traces, many more than the chapter's own run of them.
-    step "chapter 08: 1,000 random traces under memory pressure (PA_PRESSURE_TRACES=1000)" \
-        env PA_PRESSURE_TRACES=1000 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \
+    step "chapter 08: 400 random traces under memory pressure (PA_PRESSURE_TRACES=400)" \
+        env PA_PRESSURE_TRACES=400 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \
         --gtest_filter='PressureProperty.*'
 fi
 step "the book's figures are drawn from the reference (pytest book/figures)" \
