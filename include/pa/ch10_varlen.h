@@ -144,6 +144,11 @@ double item_cost(int kv_tokens, int rows, bool by_warp = false);
 int chunk_for(int rows, double target_cost);
 // ANCHOR_END: plan
 
+// The device's layout of a plan: item k of thread block c at [k * grid + c], the empty places
+// (a block with fewer items) seq -1; *rounds = the most items of any block. Throws unless
+// cta_start has grid + 1 entries, from 0 to the number of items. (Chapter 11's runner too.)
+std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds);
+
 // ANCHOR: runner
 enum class CacheType { model_dtype, fp8_e4m3 };
 

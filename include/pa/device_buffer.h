@@ -47,6 +47,13 @@ class DeviceBuffer {
     if (count_) PA_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
     return host;
   }
+  // Grows to hold at least n (at least 1), filled with fill_byte; never shrinks, so the
+  // address stays while what is asked for fits (a captured CUDA graph keeps it).
+  void reserve(size_t n, int fill_byte) {
+    if (count_ >= n && count_ > 0) return;
+    *this = DeviceBuffer(n > 0 ? n : 1);
+    fill_bytes(fill_byte);
+  }
   // Fills every byte (0xFF poisons floats and halves with NaN).
   void fill_bytes(int byte) {
     if (count_) PA_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));

@@ -13,14 +13,6 @@ int wave_size(DType dtype, CacheType cache, int head_size) {
   return dtype == DType::fp16 ? wave_of<half, half>(head_size) : wave_of<bf16, bf16>(head_size);
 }
 
-// Grows a device buffer to hold at least n (never shrinks: addresses stay for a captured graph).
-template <typename U>
-void reserve(DeviceBuffer<U>& buf, size_t n, int fill_byte) {
-  if (buf.size() >= n && buf.size() > 0) return;
-  buf = DeviceBuffer<U>(std::max<size_t>(n, 1));
-  buf.fill_bytes(fill_byte);
-}
-
 // The checks both ways of planning make before anything is laid out.
 void check_planned(const VarlenShape& s, DType dtype, CacheType cache) {
   PA_REQUIRE(dtype == DType::fp16 || dtype == DType::bf16,
@@ -46,34 +38,37 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
   use_plan(s, dtype, cache, make_plan(s, seq_lens, query_start_loc, g, chunk_tokens), stream);
 }
 
+std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds) {
+  PA_REQUIRE(plan.grid >= 1 && plan.cta_start.size() == size_t(plan.grid) + 1 &&
+                 plan.cta_start.front() == 0 && plan.cta_start.back() == int(plan.items.size()),
+             "use_plan: cta_start must have grid + 1 entries, from 0 to the number of items");
+  const size_t g = size_t(plan.grid);
+  *rounds = 0;
+  for (size_t c = 0; c < g; ++c) *rounds = std::max(*rounds, plan.cta_start[c + 1] - plan.cta_start[c]);
+  std::vector<WorkItem> out(size_t(*rounds) * g, WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
+  for (size_t c = 0; c < g; ++c)
+    for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i)
+      out[size_t(i - plan.cta_start[c]) * g + c] = plan.items[size_t(i)];
+  return out;
+}
+
 // ANCHOR: plan_upload
 void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
                                cudaStream_t stream) {
   planned_ = false;
   check_planned(s, dtype, cache);
-  PA_REQUIRE(plan.grid >= 1 && plan.cta_start.size() == size_t(plan.grid) + 1 &&
-                 plan.cta_start.front() == 0 && plan.cta_start.back() == int(plan.items.size()),
-             "use_plan: cta_start must have grid + 1 entries, from 0 to the number of items");
+  by_rounds_ = items_by_rounds(plan, &host_rounds_);
   plan_ = plan;
   shape_ = s;
   dtype_ = dtype;
   cache_ = cache;
-  // The device's layout: item k of block c at [k * grid + c], empty places with seq -1.
-  const int g = plan_.grid;
-  host_rounds_ = 0;
-  for (int c = 0; c < g; ++c)
-    host_rounds_ = std::max(host_rounds_, plan_.cta_start[size_t(c) + 1] - plan_.cta_start[size_t(c)]);
-  by_rounds_.assign(size_t(host_rounds_) * size_t(g), WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
-  for (int c = 0; c < g; ++c)
-    for (int i = plan_.cta_start[size_t(c)]; i < plan_.cta_start[size_t(c) + 1]; ++i)
-      by_rounds_[size_t(i - plan_.cta_start[size_t(c)]) * size_t(g) + size_t(c)] = plan_.items[size_t(i)];
-  reserve(items_, by_rounds_.size(), 0);
-  reserve(rounds_, 1, 0);
-  reserve(counters_, size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
+  items_.reserve(by_rounds_.size(), 0);
+  rounds_.reserve(1, 0);
+  counters_.reserve(size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
   const size_t rows = size_t(plan_.partial_rows);
-  reserve(max_logits_, rows, 0xff);
-  reserve(exp_sums_, rows, 0xff);
-  reserve(partial_out_, rows * size_t(s.head_size), 0xff);
+  max_logits_.reserve(rows, 0xff);
+  exp_sums_.reserve(rows, 0xff);
+  partial_out_.reserve(rows * size_t(s.head_size), 0xff);
   PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds_.data(), by_rounds_.size() * sizeof(WorkItem),
                                 cudaMemcpyHostToDevice, stream));
   PA_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), &host_rounds_, sizeof(int), cudaMemcpyHostToDevice, stream));

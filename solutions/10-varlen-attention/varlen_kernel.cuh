@@ -31,6 +31,7 @@
 #include "varlen_args.cuh"
 #include "pa/async_copy.h"
 #include "pa/ch10_varlen.h"
+#include "pa/fast_math.h"
 #include "pa/mma.h"
 
 namespace pa::ch10 {
@@ -85,16 +86,6 @@ __host__ __device__ constexpr size_t ring_bytes() {
 template <typename C, int D>
 constexpr size_t smem_bytes() { return ring_bytes<C, D>() + kWarps * sizeof(int); }
 
-// 2^x in one instruction (ex2.approx; the emulator: exp2f). exp2f adds a range check.
-__device__ inline float fast_exp2(float x) {
-#if defined(PA_BACKEND_CPU)
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
 constexpr int kNoRow = 0x7fffffff;  // the position of a row past the tile, for a minimum
 
 // After the loop the ring holds the four warps' states when they split a tile's tokens:

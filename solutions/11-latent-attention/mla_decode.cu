@@ -37,14 +37,6 @@ void check_dtype(DType dtype) {
              "the MLA decode kernel takes half or bf16 queries, cache and outputs, not " << dtype_name(dtype));
 }
 
-// Grows a device buffer to hold at least n (never shrinks: addresses stay for a captured graph).
-template <typename U>
-void reserve(DeviceBuffer<U>& buf, size_t n, int fill_byte) {
-  if (buf.size() >= n && buf.size() > 0) return;
-  buf = DeviceBuffer<U>(std::max<size_t>(n, 1));
-  buf.fill_bytes(fill_byte);
-}
-
 }  // namespace
 
 int mla_wave_size(DType dtype) {
@@ -69,28 +61,17 @@ void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan,
   planned_ = false;
   check_dtype(dtype);
   check_mla_shape(s);
-  PA_REQUIRE(plan.grid >= 1 && plan.cta_start.size() == size_t(plan.grid) + 1 &&
-                 plan.cta_start.front() == 0 && plan.cta_start.back() == int(plan.items.size()),
-             "use_plan: cta_start must have grid + 1 entries, from 0 to the number of items");
+  // The device's layout, chapter 10's: item k of thread block c at [k * grid + c].
+  const std::vector<ch10::WorkItem> by_rounds = ch10::items_by_rounds(plan, &rounds_);
   plan_ = plan;
   shape_ = s;
   dtype_ = dtype;
-  const int g = plan_.grid;
-  // The device's layout: item k of thread block c at [k * grid + c], empty places seq -1.
-  rounds_ = 0;
-  for (int c = 0; c < g; ++c)
-    rounds_ = std::max(rounds_, plan_.cta_start[size_t(c) + 1] - plan_.cta_start[size_t(c)]);
-  std::vector<ch10::WorkItem> by_rounds(size_t(rounds_) * size_t(g),
-                                        ch10::WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
-  for (int c = 0; c < g; ++c)
-    for (int i = plan_.cta_start[size_t(c)]; i < plan_.cta_start[size_t(c) + 1]; ++i)
-      by_rounds[size_t(i - plan_.cta_start[size_t(c)]) * size_t(g) + size_t(c)] = plan_.items[size_t(i)];
-  reserve(items_, by_rounds.size(), 0);
-  reserve(counters_, size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
+  items_.reserve(by_rounds.size(), 0);
+  counters_.reserve(size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
   const size_t rows = size_t(plan_.partial_rows);
-  reserve(max_logits_, rows, 0xff);
-  reserve(exp_sums_, rows, 0xff);
-  reserve(partial_out_, rows * size_t(kLatentDim), 0xff);
+  max_logits_.reserve(rows, 0xff);
+  exp_sums_.reserve(rows, 0xff);
+  partial_out_.reserve(rows * size_t(kLatentDim), 0xff);
   if (!by_rounds.empty())
     PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds.data(), by_rounds.size() * sizeof(ch10::WorkItem),
                                   cudaMemcpyHostToDevice, stream));

@@ -35,6 +35,7 @@
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "pa/async_copy.h"
 #include "pa/ch11_mla.h"
+#include "pa/fast_math.h"
 #include "pa/mma.h"
 
 namespace pa::ch11 {
@@ -69,17 +70,6 @@ struct MlaArgs {
   float scale;
   int num_q_heads, block_size, max_blocks_per_seq;
 };
-
-// 2^x in one instruction (ex2.approx; the emulator: exp2f).
-__device__ inline float exp2_fast(float x) {
-#if defined(PA_BACKEND_CPU)
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
 
 // Two 16-bit values of shared memory, adjacent: one register of an mma fragment.
 template <typename T>
@@ -256,12 +246,12 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
       const float m_new = fmaxf(m_run[r], mx);
       const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no -inf - -inf
-      corr[r] = exp2_fast(m_run[r] - base);
+      corr[r] = fast_exp2(m_run[r] - base);
       float sum = 0.f;
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sum += (p[u][r][e] = exp2_fast(p[u][r][e] - base));
+        for (int e = 0; e < 4; ++e) sum += (p[u][r][e] = fast_exp2(p[u][r][e] - base));
       l_run[r] = l_run[r] * corr[r] + sum;
       m_run[r] = m_new;
     }
