@@ -142,7 +142,7 @@ void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_
                  const ch02::PoolShape& s, int elem_bytes, int src_blocks, int dst_blocks,
                  const std::vector<ch07::BlockCopy>& copies, cudaMemcpyKind kind) {
   PA_REQUIRE(src_k.size() == dst_k.size() && src_v.size() == dst_v.size() &&
-                 src_k.size() == src_v.size(),
+                 (src_k.size() == src_v.size() || src_v.empty()),
              "swap_blocks: the two sides have different numbers of layers");
   const size_t block_bytes = size_t(s.num_kv_heads) * s.head_size * s.block_size * size_t(elem_bytes);
   for (const ch07::BlockCopy& c : copies)
@@ -154,7 +154,7 @@ void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_
   for (size_t l = 0; l < src_k.size(); ++l)
     for (const ch07::BlockCopy& c : copies) {
       PA_CUDA_CHECK(cudaMemcpy(at(dst_k[l], c.dst), at(src_k[l], c.src), block_bytes, kind));
-      PA_CUDA_CHECK(cudaMemcpy(at(dst_v[l], c.dst), at(src_v[l], c.src), block_bytes, kind));
+      if (!src_v.empty()) PA_CUDA_CHECK(cudaMemcpy(at(dst_v[l], c.dst), at(src_v[l], c.src), block_bytes, kind));
     }
 }
 

@@ -40,17 +40,26 @@ __global__ void rmsnorm_kernel(float* out, const float* x, const float* w, int h
 }
 
 // out[n, m] (+)= sum_k in[n, k] * W[k, m]. Each row is computed alone, in the same order,
-// whatever the batch: the paged and dense paths get bit-identical projections.
+// whatever the batch: the paged and dense paths get bit-identical projections. Rows of in
+// and out are ld_in and ld_out apart (MLA's per-head projections read and write one head's
+// columns of a wider row).
 __global__ void matmul_kernel(float* out, const float* in, const float* W, int N, int K, int M,
-                              int accumulate) {
+                              int accumulate, int64_t ld_in, int64_t ld_out) {
   const int m = blockIdx.x * blockDim.x + threadIdx.x;
   if (m >= M) return;
   const int n0 = blockIdx.y * kRowsPerThread;
   for (int n = n0; n < min(N, n0 + kRowsPerThread); ++n) {
     float sum = 0.f;
-    for (int k = 0; k < K; ++k) sum += in[int64_t(n) * K + k] * W[int64_t(k) * M + m];
-    out[int64_t(n) * M + m] = accumulate ? out[int64_t(n) * M + m] + sum : sum;
+    for (int k = 0; k < K; ++k) sum += in[n * ld_in + k] * W[int64_t(k) * M + m];
+    out[n * ld_out + m] = accumulate ? out[n * ld_out + m] + sum : sum;
   }
+}
+
+// out[r, c] = in[r, c] (zeros if in is null) for rows r < R and columns c < C, rows
+// ld_out and ld_in apart: MLA packs and unpacks head columns with it.
+__global__ void copy_cols_kernel(float* out, int64_t ld_out, const float* in, int64_t ld_in, int C) {
+  const int64_t r = blockIdx.x;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) out[r * ld_out + c] = in ? in[r * ld_in + c] : 0.f;
 }
 
 // Rotary positions: rotates the pairs (i, i + D/2) of each head by pos * 10000^(-2i/D).
@@ -87,10 +96,15 @@ __global__ void silu_kernel(float* x, int64_t count) {
 }
 
 void matmul(float* out, const float* in, const float* W, int N, int K, int M, bool accumulate,
-            cudaStream_t stream) {
+            cudaStream_t stream, int64_t ld_in = -1, int64_t ld_out = -1) {
   if (N == 0) return;
   launch(matmul_kernel, dim3((M + kThreads - 1) / kThreads, (N + kRowsPerThread - 1) / kRowsPerThread),
-         dim3(kThreads), 0, stream, out, in, W, N, K, M, int(accumulate));
+         dim3(kThreads), 0, stream, out, in, W, N, K, M, int(accumulate), ld_in < 0 ? int64_t(K) : ld_in,
+         ld_out < 0 ? int64_t(M) : ld_out);
+}
+
+void copy_cols(float* out, int64_t ld_out, const float* in, int64_t ld_in, int rows, int cols, cudaStream_t stream) {
+  if (rows > 0) launch(copy_cols_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, out, ld_out, in, ld_in, cols);
 }
 
 // Deterministic weights: uniform in [-a, a] from splitmix64.
@@ -110,11 +124,20 @@ void ensure(DeviceBuffer<T>& buf, size_t count) {
 struct TinyModel::Weights {
   DeviceBuffer<float> embed, lm_head, final_norm;
   std::vector<DeviceBuffer<float>> attn_norm, wq, wk, wv, wo, mlp_norm, w_up, w_down;
+  // MLA, per layer: h -> c_kv [H, L] and k_rope [H, R]; h -> q_nope [H, Hq * D] and q_rope
+  // [H, Hq * R]; per head h, W_UK[h] and W_UV[h] [L, D] (stored head after head), and
+  // W_UK[h] transposed, [D, L], for the absorbed query.
+  std::vector<DeviceBuffer<float>> w_dkv, w_kr, wq_rope, w_uk, w_uk_t, w_uv;
 };
 
 struct TinyModel::Scratch {
   DeviceBuffer<float> x, h, q, k, v, attn, up, logits;
   DeviceBuffer<uint8_t> q_c, k_c, v_c, attn_c;  // q, k, v, attn in a 16-bit cache's type
+  // MLA: c_kv [n, L], k_rope [n, R], q_rope [n, Hq, R]; absorbed: q_abs [n, Hq, L + R] and
+  // the latent output o_lat [n, Hq, L]; decompressed (dense): k_full, v_full, q_full and
+  // attn_full [n, Hq, D + R]. The _c buffers: in the cache's type.
+  DeviceBuffer<float> ckv, krope, qrope, qabs, olat, kfull, vfull, qfull, attnfull;
+  DeviceBuffer<uint8_t> ckv_c, krope_c, qabs_c, olat_c;
   DeviceBuffer<int> tokens, positions, decode_table, decode_lens, prefill_table, prefill_lens, qsl;
   DeviceBuffer<int64_t> slots;
 
@@ -134,6 +157,19 @@ struct TinyModel::Scratch {
       ensure(k_c, rows * c.num_kv_heads * D * 2);
       ensure(v_c, rows * c.num_kv_heads * D * 2);
       ensure(attn_c, rows * c.num_q_heads * D * 2);
+    }
+    if (c.mla()) {
+      const size_t L = size_t(c.latent_dim), R = size_t(c.rope_dim), Hq = size_t(c.num_q_heads);
+      ensure(ckv, rows * L);
+      ensure(krope, rows * R);
+      ensure(qrope, rows * Hq * R);
+      ensure(qabs, rows * Hq * (L + R));
+      ensure(olat, rows * Hq * L);
+      for (auto* b : {&kfull, &vfull, &qfull, &attnfull}) ensure(*b, rows * Hq * (D + R));
+      ensure(ckv_c, rows * L * 2);
+      ensure(krope_c, rows * R * 2);
+      ensure(qabs_c, rows * Hq * (L + R) * 2);
+      ensure(olat_c, rows * Hq * L * 2);
     }
   }
 
@@ -170,6 +206,9 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
   PA_REQUIRE(c.num_kv_heads > 0 && c.num_q_heads % c.num_kv_heads == 0,
              "num_q_heads (" << c.num_q_heads << ") must be a multiple of num_kv_heads ("
                              << c.num_kv_heads << ")");
+  PA_REQUIRE(!c.mla() || (c.latent_dim > 0 && c.rope_dim > 0 && c.rope_dim % 2 == 0),
+             "an MLA model needs a positive latent_dim and a positive, even rope_dim (got " << c.latent_dim
+                                                                                          << " and " << c.rope_dim << ")");
   const int H = c.hidden(), D = c.head_size, F = c.ffn_size;
   SplitMix64 rng(c.seed);
   auto up = [](const std::vector<float>& v) { return DeviceBuffer<float>(v); };
@@ -180,6 +219,28 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
   w_->embed = up(draw(rng, size_t(c.vocab_size) * H, 1.f));
   for (int l = 0; l < c.num_layers; ++l) {
     w_->attn_norm.push_back(up(draw(rng, size_t(H), 0.1f, 1.f)));
+    if (c.mla()) {
+      // The same sharpness as GQA's: q and each key part of std ~2, scores of std ~4.
+      const size_t L = size_t(c.latent_dim), R = size_t(c.rope_dim), Hq = size_t(c.num_q_heads);
+      const float a_l = std::sqrt(3.f / float(L));
+      w_->wq.push_back(up(draw(rng, size_t(H) * Hq * D, 2.f * a_h)));
+      w_->wq_rope.push_back(up(draw(rng, size_t(H) * Hq * R, 2.f * a_h)));
+      w_->w_dkv.push_back(up(draw(rng, size_t(H) * L, a_h)));
+      w_->w_kr.push_back(up(draw(rng, size_t(H) * R, 2.f * a_h)));
+      const std::vector<float> uk = draw(rng, Hq * L * D, 2.f * a_l);
+      std::vector<float> uk_t(uk.size());
+      for (size_t h = 0; h < Hq; ++h)
+        for (size_t i = 0; i < L; ++i)
+          for (size_t d = 0; d < size_t(D); ++d) uk_t[(h * D + d) * L + i] = uk[(h * L + i) * D + d];
+      w_->w_uk.push_back(up(uk));
+      w_->w_uk_t.push_back(up(uk_t));
+      w_->w_uv.push_back(up(draw(rng, Hq * L * D, a_l)));
+      w_->wo.push_back(up(draw(rng, size_t(c.num_q_heads) * D * H, 2.f * a_h)));
+      w_->mlp_norm.push_back(up(draw(rng, size_t(H), 0.1f, 1.f)));
+      w_->w_up.push_back(up(draw(rng, size_t(H) * F, a_h)));
+      w_->w_down.push_back(up(draw(rng, size_t(F) * H, a_f)));
+      continue;
+    }
     w_->wq.push_back(up(draw(rng, size_t(H) * c.num_q_heads * D, 2.f * a_h)));
     w_->wk.push_back(up(draw(rng, size_t(H) * c.num_kv_heads * D, 2.f * a_h)));
     w_->wv.push_back(up(draw(rng, size_t(H) * c.num_kv_heads * D, a_h)));
@@ -194,14 +255,28 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
 
 TinyModel::~TinyModel() = default;
 
+float ModelConfig::attention_scale() const {
+  return 1.f / std::sqrt(float(mla() ? head_size + rope_dim : head_size));
+}
+
 PagedKV::PagedKV(const ModelConfig& c, int num_blocks, int block_size)
-    : shape{num_blocks, block_size, c.num_kv_heads, c.head_size}, dtype(c.kv_dtype) {
+    : shape{num_blocks, block_size, c.num_kv_heads, c.head_size}, dtype(c.kv_dtype), latent(c.mla()) {
+  if (latent) {
+    PA_REQUIRE(num_blocks > 0 && block_size > 0, "PagedKV: num_blocks and block_size must be positive");
+    shape = {num_blocks, block_size, 1, c.latent_dim + c.rope_dim};
+    for (int l = 0; l < c.num_layers; ++l) {
+      latent_pools.emplace_back(size_t(num_blocks) * size_t(block_bytes()));
+      PA_CUDA_CHECK(cudaMemset(latent_pools.back().get(), 0xFF, latent_pools.back().bytes()));  // NaN
+    }
+    return;
+  }
   with_kv_type(dtype, [&](auto t) {
     for (int l = 0; l < c.num_layers; ++l) layers<decltype(t)>().emplace_back(shape);
   });
 }
 std::vector<void*> PagedKV::k_pools() {
   std::vector<void*> out;
+  for (auto& p : latent_pools) out.push_back(p.get());
   with_kv_type(dtype, [&](auto t) {
     for (auto& p : layers<decltype(t)>()) out.push_back(p.k.get());
   });
@@ -227,6 +302,46 @@ void TinyModel::qkv(Scratch& s, int l, int n, const int* positions, cudaStream_t
   launch(rope_kernel, dim3(n), dim3(kThreads), 0, stream, s.k.get(), positions, Hkv, D);
 }
 
+// MLA's attention input: h = rmsnorm(x); the latent c_kv = h W_DKV and the RoPE key
+// k_rope = h W_KR (one 64-wide head, rotated), q_nope = h W_Q into s.q and q_rope (rotated).
+void TinyModel::mla_qkv(Scratch& s, int l, int n, const int* positions, cudaStream_t stream) {
+  const int H = cfg_.hidden(), D = cfg_.head_size, Hq = cfg_.num_q_heads, L = cfg_.latent_dim, R = cfg_.rope_dim;
+  launch(rmsnorm_kernel, dim3(n), dim3(kThreads), 0, stream, s.h.get(), s.x.get(),
+         w_->attn_norm[size_t(l)].get(), H);
+  matmul(s.ckv.get(), s.h.get(), w_->w_dkv[size_t(l)].get(), n, H, L, false, stream);
+  matmul(s.krope.get(), s.h.get(), w_->w_kr[size_t(l)].get(), n, H, R, false, stream);
+  matmul(s.q.get(), s.h.get(), w_->wq[size_t(l)].get(), n, H, Hq * D, false, stream);
+  matmul(s.qrope.get(), s.h.get(), w_->wq_rope[size_t(l)].get(), n, H, Hq * R, false, stream);
+  launch(rope_kernel, dim3(n), dim3(kThreads), 0, stream, s.krope.get(), positions, 1, R);
+  launch(rope_kernel, dim3(n), dim3(kThreads), 0, stream, s.qrope.get(), positions, Hq, R);
+}
+
+// MLA the naive way (the dense reference): every head's K = [c_kv W_UK[h] | k_rope] and
+// V = [c_kv W_UV[h] | 0] and its query [q_nope | q_rope], all D + R wide, in s.kfull,
+// s.vfull and s.qfull: plain multi-head attention of Hq heads.
+void TinyModel::mla_decompress(Scratch& s, int l, int n, cudaStream_t stream) {
+  const int D = cfg_.head_size, Hq = cfg_.num_q_heads, L = cfg_.latent_dim, R = cfg_.rope_dim, W = D + R;
+  for (int h = 0; h < Hq; ++h) {
+    const int64_t w = int64_t(h) * L * D;
+    matmul(s.kfull.get() + h * W, s.ckv.get(), w_->w_uk[size_t(l)].get() + w, n, L, D, false, stream, L,
+           int64_t(Hq) * W);
+    matmul(s.vfull.get() + h * W, s.ckv.get(), w_->w_uv[size_t(l)].get() + w, n, L, D, false, stream, L,
+           int64_t(Hq) * W);
+    copy_cols(s.kfull.get() + h * W + D, int64_t(Hq) * W, s.krope.get(), R, n, R, stream);
+  }
+  copy_cols(s.vfull.get() + D, W, nullptr, 0, n * Hq, R, stream);
+  copy_cols(s.qfull.get(), W, s.q.get(), D, n * Hq, D, stream);
+  copy_cols(s.qfull.get() + D, W, s.qrope.get(), R, n * Hq, R, stream);
+}
+
+// MLA's output: attn[:, h] = o_lat[:, h] W_UV[h] (the latent output back to head space).
+void TinyModel::mla_out(Scratch& s, int l, int n, cudaStream_t stream) {
+  const int D = cfg_.head_size, Hq = cfg_.num_q_heads, L = cfg_.latent_dim;
+  for (int h = 0; h < Hq; ++h)
+    matmul(s.attn.get() + h * D, s.olat.get() + int64_t(h) * L, w_->w_uv[size_t(l)].get() + int64_t(h) * L * D,
+           n, L, D, false, stream, int64_t(Hq) * L, int64_t(Hq) * D);
+}
+
 // The rest of layer l: x += attn Wo, then the MLP block.
 void TinyModel::out_and_mlp(Scratch& s, int l, int n, cudaStream_t stream) {
   const int H = cfg_.hidden(), F = cfg_.ffn_size;
@@ -246,7 +361,8 @@ void TinyModel::run(Scratch& s, int n, const int* tokens, const int* positions, 
   const int H = cfg_.hidden();
   launch(embed_kernel, dim3(unsigned(n)), dim3(kThreads), 0, stream, s.x.get(), w_->embed.get(), tokens, H);
   for (int l = 0; l < cfg_.num_layers; ++l) {
-    qkv(s, l, n, positions, stream);
+    if (cfg_.mla()) mla_qkv(s, l, n, positions, stream);
+    else qkv(s, l, n, positions, stream);
     attend(l);
     out_and_mlp(s, l, n, stream);
   }
@@ -265,6 +381,26 @@ std::vector<float> TinyModel::logits_of(Scratch& s, int n, const std::vector<int
   return out;
 }
 
+// ---- StepAttention: the one-group calls and what a K/V-only or latent-only one refuses ----
+
+void StepAttention::plan(const ch03::BatchMetadata& batch, const ch02::PoolShape& pool, int num_q_heads,
+                         DType dtype) {
+  StepCache cache;
+  cache.pool = pool;
+  cache.num_q_heads = num_q_heads;
+  cache.dtype = dtype;
+  plan(std::vector<ch03::BatchMetadata>{batch}, cache);
+}
+void StepAttention::run(int, void*, const void*, const void*, const void*, float, cudaStream_t) {
+  throw Error("this step attention reads a latent cache (MLA), not K/V pools");
+}
+void StepAttention::write_latent(int, void*, const void*, const void*, cudaStream_t) {
+  throw Error("this step attention reads K/V pools, not a latent cache (MLA)");
+}
+void StepAttention::run_latent(int, void*, const void*, const void*, float, cudaStream_t) {
+  throw Error("this step attention reads K/V pools, not a latent cache (MLA)");
+}
+
 int StepInput::num_decode() const {
   int d = 0;
   while (d < batch.num_seqs && batch.query_start_loc[size_t(d) + 1] - batch.query_start_loc[size_t(d)] == 1) ++d;
@@ -277,6 +413,8 @@ void TinyModel::check_step(const StepInput& in, const PagedKV& kv, const char* w
   const ch03::BatchMetadata& md = in.batch;
   PA_REQUIRE(kv.dtype == cfg_.kv_dtype, who << ": a " << dtype_name(kv.dtype) << " cache for a model of "
                                             << dtype_name(cfg_.kv_dtype) << " KV");
+  PA_REQUIRE(kv.latent == cfg_.mla(), who << ": a " << (kv.latent ? "latent (MLA)" : "K/V") << " cache for "
+                                          << (cfg_.mla() ? "an MLA" : "a GQA") << " model");
   PA_REQUIRE(n > 0, who << ": a step needs at least one token");
   PA_REQUIRE(in.positions.size() == size_t(n) && md.slot_mapping.size() == size_t(n),
              who << ": tokens, positions and slot_mapping differ in length");
@@ -295,9 +433,64 @@ void TinyModel::check_step(const StepInput& in, const PagedKV& kv, const char* w
 std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
   check_step(in, kv, "forward_paged");
   std::vector<float> logits;
+  if (cfg_.mla()) {
+    PA_REQUIRE(step_attention_, "forward_paged: an MLA model's paged path needs a step attention that reads the "
+                                "latent cache (ch11::MlaStepAttention); none is set");
+    PA_REQUIRE(kv.dtype != DType::fp32, "forward_paged: the step attention needs a 16-bit cache (kv_dtype fp16 or bf16)");
+    with_kv_type(kv.dtype, [&](auto t) {
+      if constexpr (!std::is_same_v<decltype(t), float>) logits = forward_latent_as<decltype(t)>(in, kv);
+    });
+    return logits;
+  }
   with_kv_type(kv.dtype, [&](auto t) { logits = forward_paged_as<decltype(t)>(in, kv); });
   return logits;
 }
+
+// ANCHOR: forward_latent
+// The paged path of an MLA model, absorbed: per layer, c_kv and k_rope are rounded to the
+// cache's type C and written to the layer's latent pool, the query becomes q_abs =
+// [q_nope W_UK[h]^T | q_rope] (L + R wide), the step attention returns the latent output
+// o_lat [n, Hq, L], and o_lat W_UV[h] is head h's attention output.
+template <typename C>
+std::vector<float> TinyModel::forward_latent_as(const StepInput& in, PagedKV& kv) {
+  const int n = int(in.tokens.size());
+  const int D = cfg_.head_size, Hq = cfg_.num_q_heads, L = cfg_.latent_dim, R = cfg_.rope_dim;
+  const ch03::BatchMetadata& md = in.batch;
+  Scratch& s = *s_;
+  s.reserve(n, cfg_);
+  s.tokens = DeviceBuffer<int>(in.tokens);
+  s.positions = DeviceBuffer<int>(in.positions);
+  md.validate(kv.shape.num_blocks, kv.shape.block_size);
+  StepCache cache;
+  cache.pool = kv.shape;
+  cache.num_q_heads = Hq;
+  cache.dtype = kv.dtype;
+  cache.latent = true;
+  cache.latent_dim = L;
+  cache.rope_dim = R;
+  step_attention_->plan(std::vector<ch03::BatchMetadata>{md}, cache);
+  C* ckv = reinterpret_cast<C*>(s.ckv_c.get());
+  C* krope = reinterpret_cast<C*>(s.krope_c.get());
+  C* qabs = reinterpret_cast<C*>(s.qabs_c.get());
+  C* olat = reinterpret_cast<C*>(s.olat_c.get());
+  run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
+    void* pool = kv.latent_pools[size_t(l)].get();
+    for (int h = 0; h < Hq; ++h)  // q_nope[:, h] W_UK[h]^T: the first L columns of q_abs[:, h]
+      matmul(s.qabs.get() + int64_t(h) * (L + R), s.q.get() + h * D,
+             w_->w_uk_t[size_t(l)].get() + int64_t(h) * D * L, n, D, L, false, nullptr, int64_t(Hq) * D,
+             int64_t(Hq) * (L + R));
+    copy_cols(s.qabs.get() + L, L + R, s.qrope.get(), R, n * Hq, R, nullptr);
+    convert(ckv, s.ckv.get(), int64_t(n) * L, nullptr);
+    convert(krope, s.krope.get(), int64_t(n) * R, nullptr);
+    convert(qabs, s.qabs.get(), int64_t(n) * Hq * (L + R), nullptr);
+    step_attention_->write_latent(0, pool, ckv, krope, nullptr);  // write first: a token sees itself
+    step_attention_->run_latent(0, olat, qabs, pool, cfg_.attention_scale(), nullptr);
+    convert(s.olat.get(), olat, int64_t(n) * Hq * L, nullptr);
+    mla_out(s, l, n, nullptr);
+  });
+  return logits_of(s, n, in.logit_rows, nullptr);
+}
+// ANCHOR_END: forward_latent
 
 // The paged path on a cache of type C. With a 16-bit cache, q, k and v are rounded to C
 // before the K/V write and the attention, and the attention's output comes back to fp32.
@@ -524,9 +717,12 @@ std::vector<float> TinyModel::forward_dense(const std::vector<int>& tokens,
                                             const std::vector<bool>& active,
                                             std::vector<ch01::DenseKVCache<float>>& caches) {
   const int n = int(tokens.size());
-  const int D = cfg_.head_size;
   PA_REQUIRE(caches.size() == size_t(cfg_.num_layers), "forward_dense: one cache per layer");
   PA_REQUIRE(caches[0].shape().num_seqs == n, "forward_dense: one token per cache row");
+  const ch01::DenseShape want = cfg_.dense_shape(n, 1);
+  PA_REQUIRE(caches[0].shape().num_q_heads == want.num_q_heads && caches[0].shape().num_kv_heads == want.num_kv_heads &&
+                 caches[0].shape().head_size == want.head_size,
+             "forward_dense: the caches' heads are not the model's (ModelConfig::dense_shape)");
   for (int t : tokens)
     PA_REQUIRE(t >= 0 && t < cfg_.vocab_size, "token " << t << " is outside the vocabulary");
   Scratch& s = *s_;
@@ -534,8 +730,16 @@ std::vector<float> TinyModel::forward_dense(const std::vector<int>& tokens,
   s.tokens = DeviceBuffer<int>(tokens);
   s.positions = DeviceBuffer<int>(caches[0].lengths());  // the new token's position
   run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
+    if (cfg_.mla()) {  // decompressed: plain attention of Hq heads, D + R wide
+      const int D = cfg_.head_size, W = D + cfg_.rope_dim;
+      mla_decompress(s, l, n, nullptr);
+      caches[size_t(l)].append(s.kfull.get(), s.vfull.get(), active);
+      caches[size_t(l)].decode(s.attnfull.get(), s.qfull.get(), cfg_.attention_scale());
+      copy_cols(s.attn.get(), D, s.attnfull.get(), W, n * cfg_.num_q_heads, D, nullptr);
+      return;
+    }
     caches[size_t(l)].append(s.k.get(), s.v.get(), active);
-    caches[size_t(l)].decode(s.attn.get(), s.q.get(), 1.f / std::sqrt(float(D)));
+    caches[size_t(l)].decode(s.attn.get(), s.q.get(), cfg_.attention_scale());
   });
   std::vector<int> rows(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) rows[size_t(i)] = i;
@@ -559,8 +763,7 @@ std::vector<Generation> generate_dense(TinyModel& model,
     longest = std::max(longest, int(prompts[size_t(b)].size()) + max_new_tokens[size_t(b)]);
   }
   std::vector<ch01::DenseKVCache<float>> caches;
-  for (int l = 0; l < c.num_layers; ++l)
-    caches.emplace_back(ch01::DenseShape{B, longest, c.num_q_heads, c.num_kv_heads, c.head_size});
+  for (int l = 0; l < c.num_layers; ++l) caches.emplace_back(c.dense_shape(B, longest));
   std::vector<Generation> out(static_cast<size_t>(B));
   std::vector<std::vector<int>> seqs = prompts;
   for (int t = 0; t + 1 < longest; ++t) {

@@ -108,7 +108,8 @@ class CachingBlockManager : public ch07::SharedBlockManager {
 
 // ANCHOR: swap_blocks
 // Copies whole blocks (K and V, every layer) from one set of pools to another of the same
-// shape: device to host to swap a sequence out, host to device to bring it back.
+// shape: device to host to swap a sequence out, host to device to bring it back. No V
+// pools (src_v and dst_v empty): MLA's latent pools, one per layer, in src_k and dst_k.
 void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_v,
                  const std::vector<void*>& dst_k, const std::vector<void*>& dst_v,
                  const ch02::PoolShape& s, int elem_bytes, int src_blocks, int dst_blocks,

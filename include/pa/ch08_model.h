@@ -12,6 +12,9 @@
 //          prefill chunks with this chapter's prefill_attention;
 //   dense: one token per sequence per call into chapter 1's DenseKVCache, attended with
 //          chapter 1's decode kernel: the reference the paged path must agree with.
+// An MLA model (ModelConfig::attention, chapter 11) caches one latent row per token and
+// layer instead: paged, absorbed, through ch11::MlaStepAttention; dense, decompressed
+// into plain attention of Hq heads.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,12 @@
 namespace pa::ch08 {
 
 // ANCHOR: model_config
+// How a layer's attention caches its keys and values.
+enum class AttentionKind {
+  gqa,  // K and V per KV head (chapters 1-10): num_kv_heads heads of head_size
+  mla,  // multi-head latent attention (chapter 11): one latent row per token, see below
+};
+
 struct ModelConfig {
   int vocab_size = 128;
   int num_layers = 2;
@@ -41,11 +50,32 @@ struct ModelConfig {
   // The paged cache's type. Activations are fp32; a 16-bit cache gets q, k and v rounded
   // to it (chapter 10's tensor-core kernel needs fp16 or bf16).
   DType kv_dtype = DType::fp32;
+  // MLA: every layer caches, per token, one row [c_kv (latent_dim) | k_rope (rope_dim)]
+  // shared by all Hq heads (num_kv_heads is unused). Head h's key is [c_kv W_UK[h] | k_rope]
+  // and its value c_kv W_UV[h] (both head_size + rope_dim and head_size wide). The paged
+  // path runs it absorbed through a step attention (ch11::MlaStepAttention); chapter 11's
+  // kernel takes latent_dim 512, rope_dim 64 and a 16-bit cache.
+  AttentionKind attention = AttentionKind::gqa;
+  int latent_dim = 512;  // d_c
+  int rope_dim = 64;     // d_r
   int hidden() const { return num_q_heads * head_size; }
-  // K and V of every layer and KV head: what one token costs in the cache.
+  bool mla() const { return attention == AttentionKind::mla; }
+  int elem_bytes() const { return kv_dtype == DType::fp32 ? 4 : 2; }
+  // What one token costs in the cache, every layer: K and V of every KV head (GQA), or one
+  // latent row (MLA: 1,152 B a layer in 16 bits).
   int64_t kv_bytes_per_token() const {
-    return 2ll * num_layers * num_kv_heads * head_size * (kv_dtype == DType::fp32 ? 4 : 2);
+    if (mla()) return int64_t(num_layers) * (latent_dim + rope_dim) * elem_bytes();
+    return 2ll * num_layers * num_kv_heads * head_size * elem_bytes();
   }
+  // The shape of forward_dense's caches (chapter 1) for num_seqs rows of max_seq_len
+  // tokens. MLA decompressed: Hq heads of K and V, head_size + rope_dim wide (V's last
+  // rope_dim columns are zeros).
+  ch01::DenseShape dense_shape(int num_seqs, int max_seq_len) const {
+    if (mla()) return {num_seqs, max_seq_len, num_q_heads, num_q_heads, head_size + rope_dim};
+    return {num_seqs, max_seq_len, num_q_heads, num_kv_heads, head_size};
+  }
+  // The softmax scale: 1/sqrt of the key's width (MLA: the decompressed head's).
+  float attention_scale() const;
 };
 // ANCHOR_END: model_config
 
@@ -58,23 +88,32 @@ void with_kv_type(DType d, F&& f) {
 }
 
 // One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering, of the
-// model's kv_dtype (the vectors of the other two types stay empty).
+// model's kv_dtype (the vectors of the other two types stay empty). An MLA model has one
+// latent pool per layer instead, [num_blocks, block_size, latent_dim + rope_dim], NaN to
+// start; `shape` then says num_kv_heads 1 and head_size latent_dim + rope_dim, so a block
+// is block_size * shape.head_size elements either way.
 struct PagedKV {
   PagedKV(const ModelConfig& c, int num_blocks, int block_size);
   ch02::PoolShape shape;
   DType dtype;
+  bool latent = false;  // MLA: latent_pools, not the K/V pools
   std::vector<ch02::KVPool<float>> f32;
   std::vector<ch02::KVPool<half>> f16;
   std::vector<ch02::KVPool<bf16>> b16;
+  std::vector<DeviceBuffer<uint8_t>> latent_pools;  // MLA, one per layer, of dtype
   template <typename T>
   std::vector<ch02::KVPool<T>>& layers() {
     if constexpr (std::is_same_v<T, float>) return f32;
     else if constexpr (std::is_same_v<T, half>) return f16;
     else return b16;
   }
-  std::vector<void*> k_pools();  // device pointers, one per layer
-  std::vector<void*> v_pools();
+  std::vector<void*> k_pools();  // device pointers, one per layer (MLA: the latent pools)
+  std::vector<void*> v_pools();  // (MLA: none)
   int elem_bytes() const { return dtype == DType::fp32 ? 4 : 2; }
+  // One block of one layer's K pool or latent pool.
+  int64_t block_bytes() const {
+    return int64_t(shape.num_kv_heads) * shape.head_size * shape.block_size * elem_bytes();
+  }
 };
 
 // ANCHOR: step_input
@@ -93,17 +132,46 @@ struct StepInput {
 
 // ANCHOR: step_attention
 // The whole step's attention in one call per layer, prefill chunks and decodes together,
-// the way serving engines run it today: chapter 10's varlen kernel plugs in here
-// (ch10::VarlenStepAttention). It needs a 16-bit cache (ModelConfig::kv_dtype).
+// the way serving engines run it today. Chapter 10's varlen kernel plugs in here
+// (ch10::VarlenStepAttention), and chapter 11's latent kernel (ch11::MlaStepAttention). It
+// needs a 16-bit cache (ModelConfig::kv_dtype).
+
+// What every layer's cache looks like: what plan() is told besides the batch.
+struct StepCache {
+  ch02::PoolShape pool{};   // K/V: each layer's K and V pools; latent: num_blocks and
+                            // block_size (num_kv_heads 1, head_size latent_dim + rope_dim)
+  int num_q_heads = 0;      // Hq
+  DType dtype = DType::fp16;
+  bool latent = false;      // MLA: one latent pool per layer, no V pool
+  int latent_dim = 0, rope_dim = 0;  // latent: the widths of c_kv and k_rope
+};
+
 class StepAttention {
  public:
   virtual ~StepAttention() = default;
-  // Once per step, on the host, before the layers: the step's metadata.
-  virtual void plan(const ch03::BatchMetadata& batch, const ch02::PoolShape& pool, int num_q_heads,
-                    DType dtype) = 0;
-  // Once per layer: out and q [N, Hq, D] and the layer's pools, all of the planned dtype.
-  virtual void run(void* out, const void* q, const void* k_pool, const void* v_pool, float scale,
-                   cudaStream_t stream) = 0;
+  // Once per step, on the host, before the layers. groups[g] is the step's metadata as
+  // layer group g sees it (chapter 12: each group has its own block tables; tokens,
+  // query_start_loc and context_lens are the same in every group). A model without layer
+  // groups passes one.
+  virtual void plan(const std::vector<ch03::BatchMetadata>& groups, const StepCache& cache) = 0;
+  // Once per K/V layer: out and q [N, Hq, D] and the layer's K and V pools, all of the
+  // planned dtype; group indexes plan()'s groups.
+  virtual void run(int group, void* out, const void* q, const void* k_pool, const void* v_pool,
+                   float scale, cudaStream_t stream);
+  // Once per MLA layer, before run_latent: the step's new rows c_kv [N, latent_dim] and
+  // k_rope [N, rope_dim] go to their slots (the group's slot_mapping) of the latent pool.
+  virtual void write_latent(int group, void* latent_pool, const void* c_kv, const void* k_rope,
+                            cudaStream_t stream);
+  // Once per MLA layer: out [N, Hq, latent_dim] = the absorbed attention of q [N, Hq,
+  // latent_dim + rope_dim] over the layer's one latent pool (no V pool: V is c_kv).
+  virtual void run_latent(int group, void* out, const void* q, const void* latent_pool, float scale,
+                          cudaStream_t stream);
+  // One group of K/V pools (chapter 10's calls): plan({batch}, ...) and run(0, ...).
+  void plan(const ch03::BatchMetadata& batch, const ch02::PoolShape& pool, int num_q_heads, DType dtype);
+  void run(void* out, const void* q, const void* k_pool, const void* v_pool, float scale,
+           cudaStream_t stream) {
+    run(0, out, q, k_pool, v_pool, scale, stream);
+  }
 };
 // ANCHOR_END: step_attention
 
@@ -116,7 +184,8 @@ class TinyModel {
   // The paged path: checks `in`, writes the step's K/V into `kv` and returns the logits of
   // in.logit_rows, [logit_rows.size() * vocab_size]. Attention: chapter 5 for the decode rows
   // (cascade attention if in.cascade) and this chapter's prefill kernel for the chunks, or
-  // one StepAttention call per layer if one is set.
+  // one StepAttention call per layer if one is set (an MLA model needs one: write_latent
+  // and run_latent per layer).
   std::vector<float> forward_paged(const StepInput& in, PagedKV& kv);
   void set_step_attention(std::shared_ptr<StepAttention> a) { step_attention_ = std::move(a); }
   StepAttention* step_attention() const { return step_attention_.get(); }
@@ -142,6 +211,11 @@ class TinyModel {
   struct Weights;
   struct Scratch;
   void qkv(Scratch& s, int layer, int n, const int* positions, cudaStream_t stream);
+  void mla_qkv(Scratch& s, int layer, int n, const int* positions, cudaStream_t stream);
+  void mla_decompress(Scratch& s, int layer, int n, cudaStream_t stream);
+  void mla_out(Scratch& s, int layer, int n, cudaStream_t stream);
+  template <typename C>
+  std::vector<float> forward_latent_as(const StepInput& in, PagedKV& kv);
   void out_and_mlp(Scratch& s, int layer, int n, cudaStream_t stream);
   void run(Scratch& s, int n, const int* tokens, const int* positions, cudaStream_t stream,
            const std::function<void(int)>& attend);

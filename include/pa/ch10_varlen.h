@@ -214,20 +214,26 @@ class VarlenAttention {
 // Chapter 8's engine on this chapter's kernel: TinyModel::set_step_attention(
 // std::make_shared<ch10::VarlenStepAttention>()) turns each layer's decode (chapter 5) and
 // prefill (chapter 8) launches into one varlen launch over the whole step. plan() runs
-// once per step (the step's metadata goes to the device and the work items are dealt);
-// run() once per layer. The model's cache must be fp16 or bf16.
+// once per step (each layer group's metadata goes to the device and its work items are
+// dealt); run() once per layer, with the layer's group. The model's cache must be fp16 or
+// bf16, in K/V pools (not MLA's latent pool).
 class VarlenStepAttention : public ch08::StepAttention {
  public:
-  void plan(const ch03::BatchMetadata& batch, const ch02::PoolShape& pool, int num_q_heads,
-            DType dtype) override;
-  void run(void* out, const void* q, const void* k_pool, const void* v_pool, float scale,
+  using ch08::StepAttention::plan;
+  using ch08::StepAttention::run;
+  void plan(const std::vector<ch03::BatchMetadata>& groups, const ch08::StepCache& cache) override;
+  void run(int group, void* out, const void* q, const void* k_pool, const void* v_pool, float scale,
            cudaStream_t stream) override;
   int steps_planned() const { return steps_; }
 
  private:
-  VarlenAttention runner_;
+  struct Group {  // one layer group's plan and metadata on the device
+    VarlenAttention runner;
+    DeviceBuffer<int> block_table, seq_lens, query_start_loc;
+  };
+  std::vector<Group> groups_;
+  int num_groups_ = 0;  // planned this step
   DType dtype_ = DType::fp16;
-  DeviceBuffer<int> block_table_, seq_lens_, query_start_loc_;
   int steps_ = 0;
 };
 // ANCHOR_END: step_attention

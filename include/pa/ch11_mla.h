@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "pa/backend.h"
+#include "pa/ch08_model.h"
 #include "pa/ch10_varlen.h"
 #include "pa/check.h"
 #include "pa/device_buffer.h"
@@ -189,5 +190,55 @@ int mla_wave_size(DType dtype);
 inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
 inline constexpr int kStageTokens = 32;            // latent rows a pipeline stage holds
 inline constexpr int kWarps = 8;                   // 4 row groups x 2 column halves
+
+// ---- In chapter 8's engine --------------------------------------------------------------
+
+// ANCHOR: step_attention
+// Chapter 8's engine on this chapter's cache and kernel: an MLA TinyModel (ModelConfig::
+// attention = AttentionKind::mla, kv_dtype fp16 or bf16) with set_step_attention(
+// std::make_shared<ch11::MlaStepAttention>()). plan() once per step: the pool's and the
+// batch's checks, then the step's metadata on the device and chapter 10's plan; per layer,
+// write_latent (this chapter's writer) and run_latent (the absorbed decode kernel).
+//
+// The kernel takes 0 to 4 new tokens a sequence; a prefill chunk is longer. So plan()
+// cuts each sequence's new tokens into pieces of at most 4 consecutive rows, and each
+// piece is a sequence of its own for the kernel: the same block table row, its seq_len
+// ending at the piece's last token (causal). Rows keep their places, so one launch covers
+// the whole step, and every token's row is in the pool before the launch (write_latent
+// runs first). A chunk of n tokens reads its context ceil(n / 4) times: servers run MLA's
+// prefill decompressed instead; decode (1 to 4 tokens) is one piece.
+class MlaStepAttention : public ch08::StepAttention {
+ public:
+  void plan(const std::vector<ch03::BatchMetadata>& groups, const ch08::StepCache& cache) override;
+  void write_latent(int group, void* latent_pool, const void* c_kv, const void* k_rope,
+                    cudaStream_t stream) override;
+  void run_latent(int group, void* out, const void* q, const void* latent_pool, float scale,
+                  cudaStream_t stream) override;
+  int steps_planned() const { return steps_; }
+  // The kernel's sequences in group g's last plan: pieces of at most 4 new tokens.
+  int pieces(int g = 0) const { return groups_.at(size_t(g)).pieces; }
+
+  // What plan() gives the kernel for one group: the pieces' block table (piece-major,
+  // max_blocks_per_seq wide), seq_lens and query_start_loc. Sequences with no new token
+  // have no piece.
+  struct Pieces {
+    std::vector<int> block_table, seq_lens, query_start_loc;
+  };
+  static Pieces cut(const ch03::BatchMetadata& batch);
+
+ private:
+  struct Group {  // one layer group's plan and metadata on the device
+    MlaDecode runner;
+    DeviceBuffer<int> block_table, seq_lens, query_start_loc;
+    DeviceBuffer<int64_t> slots;
+    int num_tokens = 0, pieces = 0;
+  };
+  std::vector<Group> groups_;
+  int num_groups_ = 0;
+  LatentPoolShape pool_{};
+  DType dtype_ = DType::fp16;
+  int steps_ = 0;
+};
+// ANCHOR_END: step_attention
 
 }  // namespace pa::ch11

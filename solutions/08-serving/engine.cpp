@@ -61,7 +61,7 @@ Engine::Engine(TinyModel& model, const EngineConfig& cfg)
       size_t(kv_.shape.num_kv_heads) * kv_.shape.head_size * kv_.shape.block_size * size_t(kv_.elem_bytes());
   for (int l = 0; l < model.config().num_layers; ++l) {
     host_k_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);
-    host_v_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);
+    if (!kv_.latent) host_v_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);  // MLA: no V
   }
 }
 
@@ -131,6 +131,16 @@ std::vector<void*> Engine::host_pools(std::vector<std::vector<uint8_t>>& host) {
 
 // Chapter 7's copy_blocks, on the pools' type: every layer's K and V, one launch.
 void Engine::copy_blocks(const std::vector<ch07::BlockCopy>& copies) {
+  if (kv_.latent) {  // MLA: whole blocks of every layer's latent pool
+    const size_t bytes = size_t(kv_.block_bytes());
+    for (void* pool : kv_.k_pools())
+      for (const ch07::BlockCopy& c : copies) {
+        uint8_t* base = static_cast<uint8_t*>(pool);
+        PA_CUDA_CHECK(cudaMemcpy(base + size_t(c.dst) * bytes, base + size_t(c.src) * bytes, bytes,
+                                 cudaMemcpyDeviceToDevice));
+      }
+    return;
+  }
   with_kv_type(kv_.dtype, [&](auto t) {
     using T = decltype(t);
     std::vector<T*> k, v;

@@ -82,8 +82,8 @@ TEST(EngineVariants, A16BitCacheGivesTheFp32CachesTokens) {
 
 TEST(EngineVariants, AStepAttentionNeedsA16BitCache) {
   struct Never : pa::ch08::StepAttention {
-    void plan(const pa::ch03::BatchMetadata&, const pa::ch02::PoolShape&, int, pa::DType) override {}
-    void run(void*, const void*, const void*, const void*, float, cudaStream_t) override {}
+    void plan(const std::vector<pa::ch03::BatchMetadata>&, const pa::ch08::StepCache&) override {}
+    void run(int, void*, const void*, const void*, const void*, float, cudaStream_t) override {}
   };
   pa::ch08::TinyModel model{pa::ch08::ModelConfig{}};
   model.set_step_attention(std::make_shared<Never>());
