@@ -25,12 +25,12 @@ void with_head_size(int head_size, F&& f) {
 }
 
 // The kernel for (T, C, D), its ring depth and its dynamic shared memory, opted in above 48 KB.
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, typename Mask = CausalMask>
 struct Kernel {
   static constexpr int kStages = stages_for<C, D>();
   static constexpr size_t kSmem = smem_bytes<C, D>();
   static auto get() {
-    const auto kernel = varlen_kernel<T, C, D, kStages>;
+    const auto kernel = varlen_kernel<T, C, D, kStages, Mask>;
     if (kSmem > 48 * 1024)
       PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
@@ -62,11 +62,12 @@ int wave_of(int head_size) {
 template <typename T>
 constexpr bool is_serving_dtype() { return std::is_same<T, half>::value || std::is_same<T, bf16>::value; }
 
-template <typename T, typename C>
+template <typename T, typename C, typename Mask>
 void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_pool,
                              const int* block_table, const int* seq_lens,
                              const int* query_start_loc, const float* k_scale,
-                             const float* v_scale, float scale, cudaStream_t stream) {
+                             const float* v_scale, float scale, const Mask& mask,
+                             cudaStream_t stream) {
   static_assert(is_serving_dtype<T>(), "chapter 10's kernel takes half or bf16");
   constexpr bool fp8 = std::is_same<C, uint8_t>::value;
   PA_REQUIRE(planned_, "VarlenAttention: run() before plan(): plan the step first");
@@ -82,9 +83,19 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
                            partial_out_.get(), counters_.get(), k_scale, v_scale, scale, shape_};
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;
-    pa::launch(Kernel<T, C, D>::get(), dim3(plan_.grid), dim3(kWarps * 32), Kernel<T, C, D>::kSmem,
-               stream, a);
+    using K = Kernel<T, C, D, Mask>;
+    pa::launch(K::get(), dim3(plan_.grid), dim3(kWarps * 32), K::kSmem, stream, a, mask);
   });
+}
+
+// A later chapter's mask policy on the model-dtype cache (instantiated where Mask is defined).
+template <typename T, typename Mask>
+void VarlenAttention::run_masked(T* out, const T* q, const T* k_pool, const T* v_pool,
+                                 const int* block_table, const int* seq_lens,
+                                 const int* query_start_loc, float scale, const Mask& mask,
+                                 cudaStream_t stream) {
+  launch<T, T>(out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc, nullptr, nullptr,
+               scale, mask, stream);
 }
 
 }  // namespace pa::ch10

@@ -33,6 +33,8 @@ constexpr int kMinChunk = 256;  // tokens: a shorter chunk costs more in its fix
 struct Tile {
   int seq, row0, rows, kv_needed;
   bool by_warp;  // a warp item: whole, run by one warp
+  int kv_first;  // its first key: 0, or with a window the first row's first, rounded down to 16
+  int kv() const { return kv_needed - kv_first; }  // the keys the tile's items cover
 };
 
 int round_up(int n, int m) { return (n + m - 1) / m * m; }
@@ -69,11 +71,12 @@ int chunk_for(int rows, double target_cost) {
 
 // ANCHOR: make_plan
 Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
-               const std::vector<int>& query_start_loc, int grid, int chunk_tokens) {
+               const std::vector<int>& query_start_loc, int grid, int chunk_tokens, int window) {
   check_metadata(s, {}, seq_lens, query_start_loc);
   PA_REQUIRE(grid >= 1, "make_plan: grid must be at least 1 thread block, got " << grid);
   PA_REQUIRE(chunk_tokens >= 0 || chunk_tokens == kWholeTiles,
              "make_plan: chunk_tokens must be >= 0 (or kWholeTiles), got " << chunk_tokens);
+  PA_REQUIRE(window >= 0, "make_plan: window must be >= 0 (0: none), got " << window);
   const int G = s.num_q_heads / s.num_kv_heads;
 
   // Row tiles: each sequence's n_b * G rows, 64 at a time (8 for a decode tile). A tile's last row
@@ -90,9 +93,14 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
       const int rows = tile_rows(n, G, row0);
       const int last_token = (row0 + rows - 1) / G;
       const int kv_needed = seq_lens[size_t(b)] - n + last_token + 1;
-      const bool by_warp = chunk_tokens <= 0 && decode_tile(n, G) && kv_needed <= kWarpItemTokens;
-      tiles.push_back({b, row0, rows, kv_needed, by_warp});
-      total += item_cost(kv_needed, rows, by_warp) * s.num_kv_heads;
+      // A window: the tile's keys start at its first row's first key (rounded down to 16
+      // tokens, a multiple of any block's V piece), and no warp items (chapter 12's policy).
+      const int first_pos = seq_lens[size_t(b)] - n + row0 / G;
+      const int kv_first = window > 0 ? std::max(0, first_pos - window + 1) / 16 * 16 : 0;
+      const bool by_warp = chunk_tokens <= 0 && window == 0 && decode_tile(n, G) &&
+                           kv_needed <= kWarpItemTokens;
+      tiles.push_back({b, row0, rows, kv_needed, by_warp, kv_first});
+      total += item_cost(kv_needed - kv_first, rows, by_warp) * s.num_kv_heads;
     }
   }
   // ANCHOR_END: warp_items
@@ -109,8 +117,8 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
   for (const Tile& tile : tiles)
     if (!tile.by_warp) {
       whole_items += s.num_kv_heads;
-      block_total += item_cost(tile.kv_needed, tile.rows) * s.num_kv_heads;
-      longest = std::max(longest, item_cost(tile.kv_needed, tile.rows));
+      block_total += item_cost(tile.kv(), tile.rows) * s.num_kv_heads;
+      longest = std::max(longest, item_cost(tile.kv(), tile.rows));
     }
   const bool equal = chunk_tokens == 0 && whole_items > 0 && whole_items <= grid &&
                      longest <= 1.25 * block_total / whole_items;
@@ -123,7 +131,7 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
   std::vector<int> cuts_up(tiles.size(), 1), cuts_near(tiles.size(), 1);
   for (size_t i = 0; i < tiles.size() && chunk_tokens == 0; ++i) {
     if (tiles[i].by_warp) continue;
-    const double shares = double(tiles[i].kv_needed) / chunk_for(tiles[i].rows, target_cost);
+    const double shares = double(tiles[i].kv()) / chunk_for(tiles[i].rows, target_cost);
     cuts_up[i] = equal ? std::max(1, int(grid / whole_items)) : std::max(1, int(std::ceil(shares)));
     cuts_near[i] = equal ? cuts_up[i] : std::max(1, int(std::ceil(shares - 0.25)));
   }
@@ -138,16 +146,17 @@ Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
     std::vector<double> item_costs;
     for (size_t t = 0; t < tiles.size(); ++t) {
       const Tile& tile = tiles[t];
-      const int even = round_up((std::max(tile.kv_needed, 1) + cuts[t] - 1) / cuts[t], kKvTile);
+      const int even = round_up((std::max(tile.kv(), 1) + cuts[t] - 1) / cuts[t], kKvTile);
       const int chunk = plan.chunk_tokens > 0 ? plan.chunk_tokens : std::max(kMinChunk, even);
-      const int splits = (tile.kv_needed + chunk - 1) / chunk;
+      const int splits = (tile.kv() + chunk - 1) / chunk;
       for (int h = 0; h < s.num_kv_heads; ++h) {
         const int counter = splits > 1 ? plan.num_counters++ : -1;
         const int64_t base = plan.partial_rows;
         if (splits > 1) plan.partial_rows += int64_t(kTileRows) * splits;
         PA_REQUIRE(base <= INT32_MAX, "make_plan: the step needs more than 2^31 partial rows");
         for (int p = 0; p < splits; ++p) {
-          const int begin = p * chunk, end = std::min(tile.kv_needed, (p + 1) * chunk);
+          const int begin = tile.kv_first + p * chunk;
+          const int end = std::min(tile.kv_needed, tile.kv_first + (p + 1) * chunk);
           plan.items.push_back({tile.seq, h, tile.row0, begin, end, p, splits, int(base), counter,
                                 int(tile.by_warp)});
           item_costs.push_back(item_cost(end - begin, tile.rows, tile.by_warp));

@@ -11,6 +11,30 @@ using ch09::MmaType;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// ANCHOR: mask_policy
+// The mask as a policy: which keys a row sees, beyond the item's [kv_begin, kv_end). The
+// kernel is a template over it; this default is chapter 10's causal mask, and every hook
+// below is compile-time off, so the default kernel does no extra work per score. A later
+// chapter supplies its own type with the same members (chapter 12: a sliding window,
+// attention sinks and a logit soft-cap) and turns on what it needs:
+//   kWindow   a row at position pos sees no key before first_key(pos) (>= 0, never past
+//             pos): the kernel skips the stages left of its tile's first row's first key, and
+//             hides, beyond chapter 10's mask, every key with !sees(kpos, pos);
+//   kSoftCap  every raw score q.k passes through cap_raw() before the mask (Gemma 2);
+//   kSinks    fold_sink() adds a row's sink to its softmax state once (split 0 of the row).
+// A policy with any of them on runs decode tiles on the general path (decode_warps is
+// chapter 9's math, which knows none of them) and needs a plan without warp items.
+struct CausalMask {
+  static constexpr bool kWindow = false, kSoftCap = false, kSinks = false;
+  __device__ int first_key(int) const { return 0; }
+  __device__ bool sees(int, int) const { return true; }
+  __device__ float cap_raw(float s) const { return s; }
+  // m2 (base 2), l and the output's correction factor of query head `head`'s row, in the
+  // item's chunk `split`.
+  __device__ void fold_sink(int, int, float&, float&, float& corr) const { corr = 1.f; }
+};
+// ANCHOR_END: mask_policy
+
 // Everything a launch passes to the kernel. C is the cache element: T, or uint8_t (e4m3).
 template <typename T, typename C>
 struct VarlenArgs {

@@ -87,7 +87,7 @@ void VarlenAttention::run(T* out, const T* q, const T* k_pool, const T* v_pool,
                           const int* block_table, const int* seq_lens, const int* query_start_loc,
                           float scale, cudaStream_t stream) {
   launch<T, T>(out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc, nullptr, nullptr,
-               scale, stream);
+               scale, CausalMask{}, stream);
 }
 
 #define PA_INSTANTIATE(T)                                                                       \

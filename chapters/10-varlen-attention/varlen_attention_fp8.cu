@@ -15,7 +15,7 @@ void VarlenAttention::run_fp8(T* out, const T* q, const uint8_t* k_pool, const u
                               const int* query_start_loc, const float* k_scale,
                               const float* v_scale, float scale, cudaStream_t stream) {
   launch<T, uint8_t>(out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc, k_scale,
-                     v_scale, scale, stream);
+                     v_scale, scale, CausalMask{}, stream);
 }
 
 #define PA_INSTANTIATE(T)                                                                        \

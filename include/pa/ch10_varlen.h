@@ -129,9 +129,14 @@ struct Plan {
 // chunk_tokens = kWholeTiles cuts no tile: every item attends its tile's whole KV (warp
 // items as with 0). The core tests plan this way; split tiles (their partials and the merge
 // by the last chunk) are the chapter's stretch exercise, tested by the Stretch* suites.
+// window > 0 (chapter 12's sliding window: a row at position p sees keys [p - window + 1,
+// p]): a tile's KV starts at its first row's first key rounded down to 16 tokens, kv_first,
+// and only [kv_first, kv_needed) is priced and cut into chunks [kv_first + p * chunk, ...);
+// no warp items. 0: no window, every tile from key 0 (as above).
 inline constexpr int kWholeTiles = -1;
 Plan make_plan(const VarlenShape& s, const std::vector<int>& seq_lens,
-               const std::vector<int>& query_start_loc, int grid, int chunk_tokens = 0);
+               const std::vector<int>& query_start_loc, int grid, int chunk_tokens = 0,
+               int window = 0);
 
 // The cost the planner balances, in "KV tokens of a decode row tile": a tile of `rows`
 // valid query rows over `kv_tokens` tokens, run by the thread block or by one warp (a warp
@@ -186,16 +191,26 @@ class VarlenAttention {
   void use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
                 cudaStream_t stream = nullptr);
 
+  // run() with a later chapter's mask policy in place of chapter 10's causal mask (a type
+  // like CausalMask in solutions/10-varlen-attention/varlen_args.cuh; chapter 12's sliding
+  // window, sinks and soft-cap). Defined in launch_varlen.cuh: the chapter that defines
+  // Mask instantiates it. A plan for a policy with hooks must have no warp items (make_plan
+  // with a window makes none); its decode tiles run on the general path.
+  template <typename T, typename Mask>
+  void run_masked(T* out, const T* q, const T* k_pool, const T* v_pool, const int* block_table,
+                  const int* seq_lens, const int* query_start_loc, float scale, const Mask& mask,
+                  cudaStream_t stream = nullptr);
+
   const Plan& host_plan() const { return plan_; }
   // Fills the partial-result workspace with NaN: a merge that reads a partial no item wrote
   // shows it.
   void poison_workspace();
 
  private:
-  template <typename T, typename C>
+  template <typename T, typename C, typename Mask>
   void launch(T* out, const T* q, const C* k_pool, const C* v_pool, const int* block_table,
               const int* seq_lens, const int* query_start_loc, const float* k_scale,
-              const float* v_scale, float scale, cudaStream_t stream);
+              const float* v_scale, float scale, const Mask& mask, cudaStream_t stream);
 
   Plan plan_;
   VarlenShape shape_{};

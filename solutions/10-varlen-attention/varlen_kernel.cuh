@@ -101,8 +101,11 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 //           groups of 16 rows have four or two warps each, which take turns at the 16-token
 //           halves of every stage; the states of a group's warps are merged at the end, as
 //           chapter 4's warps did.
-template <typename T, typename C, int D, int kStages>
-__device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem) {
+// Mask: the mask policy (CausalMask in varlen_args.cuh: chapter 10's; chapter 12 supplies a
+// sliding window, sinks and a soft-cap).
+template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
+__device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem,
+                            const Mask& policy = Mask{}) {
   using L = StageLayout<C, D>;
   using E = typename MmaType<C>::type;  // what the tensor cores multiply: T, or fp16 for e4m3
   constexpr int x = L::x, kChunks = L::kChunks, kGroups = (kChunks + 3) / 4, kPairs = x / 2;
@@ -114,7 +117,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int n_new = a.query_start_loc[w.seq + 1] - q_start;
   const int seq_len = a.seq_lens[w.seq];
   const int tile_rows = ch10::tile_rows(n_new, G, w.row0);
-  const bool decode = decode_tile(n_new, G);  // at most kDecodeRows heads: chapter 9's warps
+  // At most kDecodeRows heads: chapter 9's warps (which know no window and no soft-cap).
+  const bool decode = !(Mask::kWindow || Mask::kSoftCap) && decode_tile(n_new, G);
   const bool split_tokens = !decode && tile_rows <= 32;
   // split_tokens over 16 rows: two row groups, warps 0 and 2 on rows 0 .. 15, 1 and 3 on
   // 16 .. 31 (flags, not counts: registers live through the loop cost prefill).
@@ -162,7 +166,15 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int* table = a.block_table + int64_t(w.seq) * s.max_blocks_per_seq;
   const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
   const int64_t head_offset = int64_t(w.kv_head) * D * BS;
-  const int num_tiles = (w.kv_end - w.kv_begin + L::kTokens - 1) / L::kTokens;
+  // The item's first key. A window skips the stages its tile's rows cannot see: from the
+  // first key of the tile's first row (the earliest window), rounded down to a block (16
+  // tokens at most: a V piece), so no block left of every row's window is ever read.
+  int kv_begin = w.kv_begin;
+  if constexpr (Mask::kWindow) {
+    const int align = BS < 16 ? BS : 16;
+    kv_begin = max(kv_begin, policy.first_key(seq_len - n_new + w.row0 / G) / align * align);
+  }
+  const int num_tiles = max(0, (w.kv_end - kv_begin + L::kTokens - 1) / L::kTokens);
   auto stage_k = [&](int st) { return reinterpret_cast<uint4*>(smem + st * L::kBytes); };
   auto stage_v = [&](int st) { return reinterpret_cast<C*>(smem + st * L::kBytes + L::kKBytes); };
 
@@ -182,7 +194,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   // latency hides behind a tile of math: K's tokens k_token(i), V's piece's first.
   int k_block[kKTokens], v_block;
   auto fetch = [&](int tile) {
-    const int tok0 = w.kv_begin + tile * L::kTokens;
+    const int tok0 = kv_begin + tile * L::kTokens;
 #pragma unroll
     for (int i = 0; i < kKTokens; ++i) {
       const int tok = tok0 + k_token(i);
@@ -197,7 +209,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   // means "tile i has landed".
   auto issue = [&](int tile) {
     if (tile < num_tiles) {
-      const int tok0 = w.kv_begin + tile * L::kTokens;
+      const int tok0 = kv_begin + tile * L::kTokens;
       const int st = tile % kStages;
       // Slots past the chunk's end are zeroed, not left as they were: the warps read whole
       // 16-token halves (and mask what they must not see), and a read of shared memory that
@@ -330,6 +342,12 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
         }
       }
       // ANCHOR_END: scores
+      if constexpr (Mask::kSoftCap) {  // the raw scores, capped before the mask
+#pragma unroll
+        for (int q = 0; q < 2 * NH; ++q)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sc[q][i] = policy.cap_raw(sc[q][i]);
+      }
 
       // ANCHOR: online_softmax
       if (kMask) {
@@ -356,6 +374,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
             // STUB: sc[q][i] = -INFINITY;
             sc[q][i] = kpos < w.kv_end && kpos <= pos[i / 2] ? sc[q][i] * scale_log2 : -INFINITY;
             // END SOLUTION
+            if constexpr (Mask::kWindow)  // a later chapter's policy hides more keys (a window)
+              if (!policy.sees(kpos, pos[i / 2])) sc[q][i] = -INFINITY;
           }
       }
       // Unmasked scores are scaled inside the exponent, exp2(s * scale - max): one FFMA each.
@@ -419,7 +439,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     // Does the warp's part of a stage (NH halves from h0) need the mask?
     auto needs_mask = [&](int tok0, int h0, int nh) {
       const int end = tok0 + 16 * (h0 + nh);  // one past its last key
-      return end > w.kv_end || end - 1 > warp_first;
+      return end > w.kv_end || end - 1 > warp_first ||
+             (Mask::kWindow && tok0 + 16 * h0 < policy.first_key(warp_last));  // left of a window
     };
     using Masked = std::true_type;
     using Plain = std::false_type;
@@ -431,7 +452,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage
       issue(tile + kStages - 1);
       fetch(tile + kStages);  // read now, used next round
-      const int tok0 = w.kv_begin + tile * L::kTokens;
+      const int tok0 = kv_begin + tile * L::kTokens;
       const uint4* ks = stage_k(tile % kStages);
       const C* vs = stage_v(tile % kStages);
       if (split_tokens) {  // half warp of the stage (pairs: halves warp / 2 and warp / 2 + 2)
@@ -514,6 +535,19 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   }
   const bool writer = !(decode || split_tokens) || warp < (pairs ? 2 : 1);
   // ANCHOR_END: merge_warps
+  if constexpr (Mask::kSinks) {  // the row's sink joins its softmax state, in one chunk only
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!writer || pos[r] < 0) continue;
+      float corr = 1.f;
+      policy.fold_sink(head[r], w.split, m_run[r], l_run[r], corr);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][2 * r] *= corr;
+        o[n][2 * r + 1] *= corr;
+      }
+    }
+  }
 
   // ANCHOR: write_out
   const float v_scale = a.v_scale ? *a.v_scale : 1.f;
@@ -696,15 +730,18 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 // warp items first, warp w taking items w, w + 4, w + 8, ...; then its own, in order.
 // Two thread blocks per SM, up to 255 registers a thread: a prefill tile keeps its loads in
 // flight (NOTES.md, v4).
-template <typename T, typename C, int D, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a) {
+// Mask: the mask policy (CausalMask: chapter 10's). A policy with hooks on runs warp items
+// as the block's own items (warp_item knows no policy).
+template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
+__global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a, Mask mask) {
+  constexpr bool kHooks = Mask::kWindow || Mask::kSoftCap || Mask::kSinks;
   PA_DYNAMIC_SHARED(unsigned char, smem);
   const int warp = threadIdx.x / 32, rounds = *a.rounds;
   auto item = [&](int k) { return a.items[int64_t(k) * gridDim.x + blockIdx.x]; };
   int k = warp, ran = 0;
   for (; k < rounds; k += kWarps, ++ran) {
     const WorkItem w = item(k);
-    if (!w.by_warp) break;
+    if (!w.by_warp || kHooks) break;
     warp_item<T, C, D, decode_slots<C, D>()>(a, w, smem);
   }
   // The block's own items follow its warp items: as many as the four warps ran.
@@ -718,7 +755,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   for (k = first; k < *a.rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
-    attend_item<T, C, D, kStages>(a, w, smem);
+    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);
   }
 }
 // ANCHOR_END: kernel
