@@ -65,6 +65,9 @@ sed -n '/^The planner alone/,$p' "$gen/ch10-tour.txt" > "$gen/ch10-worked-exampl
 # and one KV budget (make demo's default run on this backend, without the progress lines).
 cmake --build "$build" --target serve > /dev/null
 "$build/demo/serve" --quiet > "$gen/ch08-serve.txt"
+# Chapter 11: the same trace at one KV byte budget, GQA against MLA (the latent cache).
+cmake --build "$build" --target serve_mla > /dev/null
+"$build/demo/serve_mla" --quiet > "$gen/ch11-serve-mla.txt"
 
 # The explanatory figures (layouts, block tables, lane maps, schedules), drawn from the
 # reference's own index functions (book/figures/figures.py). Their test first: it checks
