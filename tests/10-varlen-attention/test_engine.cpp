@@ -3,6 +3,8 @@
 // engine's first version (chapter 5's decode + chapter 8's prefill) on the same fp16 cache.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "compare.h"
 #include "pa/ch08_engine.h"
 #include "pa/ch10_varlen.h"
@@ -70,6 +72,54 @@ TEST(VarlenInTheEngine, SameTokensAsTheEnginesFirstVersion) {
               << what << ": request " << id << ", generated token " << t;
         }
     }
+}
+
+// Chapter 12's layer groups through the same interface: plan() takes one batch per group
+// (the same tokens, each group its own block tables) and run(g) reads group g's tables.
+// Each group's output must equal, bit for bit, a one-group plan of that group's batch.
+TEST(VarlenInTheEngine, EachLayerGroupReadsItsOwnBlockTables) {
+  const int Hq = 4, Hkv = 2, D = 64, bs = 16, nb = 12, M = 3;
+  const pa::ch02::PoolShape pool{nb, bs, Hkv, D};
+  pa::ch03::BatchMetadata a;  // two sequences: a decode at context 20, a chunk of 5 at context 33
+  a.num_seqs = 2;
+  a.max_blocks_per_seq = M;
+  a.block_table = {3, 7, -1, 1, 9, 4};
+  a.context_lens = {20, 33};
+  a.query_start_loc = {0, 1, 6};
+  a.slot_mapping = {7 * bs + 3, 4 * bs + 0, 4 * bs + 1, 4 * bs + 2, 4 * bs + 3, 4 * bs + 4};
+  pa::ch03::BatchMetadata b = a;  // another group: other blocks (a window's null entries are block 0)
+  b.block_table = {0, 5, -1, 0, 2, 11};
+  const int N = 6;
+  pa::SplitMix64 rng(77);
+  auto random = [&](size_t n) {
+    std::vector<half> v(n);
+    for (half& e : v) e = pa::from_float<half>(float(rng.uniform_int(-1000, 1000)) / 500.f);
+    return pa::DeviceBuffer<half>(v);
+  };
+  pa::DeviceBuffer<half> k = random(size_t(pa::ch02::pool_elems(pool))), v = random(size_t(pa::ch02::pool_elems(pool)));
+  pa::DeviceBuffer<half> q = random(size_t(N) * Hq * D);
+  auto output = [&](pa::ch08::StepAttention& att, int group) {
+    pa::DeviceBuffer<half> out(size_t(N) * Hq * D);
+    att.run(group, out.get(), q.get(), k.get(), v.get(), 0.125f, nullptr);
+    std::vector<half> host(out.size());
+    PA_CUDA_CHECK(cudaMemcpy(host.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+    std::vector<uint16_t> bits(host.size());
+    std::memcpy(bits.data(), host.data(), host.size() * sizeof(half));
+    return bits;
+  };
+  pa::ch08::StepCache cache;
+  cache.pool = pool;
+  cache.num_q_heads = Hq;
+  cache.dtype = pa::DType::fp16;
+  pa::ch10::VarlenStepAttention both, only_a, only_b;
+  both.plan(std::vector<pa::ch03::BatchMetadata>{a, b}, cache);
+  only_a.plan(a, pool, Hq, pa::DType::fp16);
+  only_b.plan(b, pool, Hq, pa::DType::fp16);
+  const auto want_a = output(only_a, 0), want_b = output(only_b, 0);
+  ASSERT_NE(want_a, want_b) << "the two groups' tables should give different outputs";
+  EXPECT_EQ(output(both, 0), want_a) << "layer group 0 did not read group 0's block tables";
+  EXPECT_EQ(output(both, 1), want_b) << "layer group 1 did not read group 1's block tables";
+  EXPECT_TRUE(pa::test::error_contains([&] { output(both, 2); }, "layer group 2 was not planned (2 groups)"));
 }
 
 TEST(VarlenInTheEngine, AnFp32CacheIsRefusedByName) {
