@@ -605,6 +605,7 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
                                                    int max_blocks_per_seq, int max_context_len) {
   PA_REQUIRE(graphs_supported(), "forward_decode_graph: CUDA graphs need the cuda backend");
   PA_REQUIRE(!step_attention_, "forward_decode_graph: graphs replay chapter 5's decode, not a step attention");
+  PA_REQUIRE(!cfg_.mla(), "forward_decode_graph: an MLA model runs through its step attention, not chapter 5's graphs");
   check_step(in, kv, "forward_decode_graph");
   const ch03::BatchMetadata& md = in.batch;
   const int B = md.num_seqs, M = max_blocks_per_seq, bs = kv.shape.block_size;
