@@ -174,7 +174,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     const int align = BS < 16 ? BS : 16;
     kv_begin = max(kv_begin, policy.first_key(seq_len - n_new + w.row0 / G) / align * align);
   }
-  const int num_tiles = max(0, (w.kv_end - kv_begin + L::kTokens - 1) / L::kTokens);
+  const int num_tiles = (w.kv_end - kv_begin + L::kTokens - 1) / L::kTokens;  // <= 0: none
   auto stage_k = [&](int st) { return reinterpret_cast<uint4*>(smem + st * L::kBytes); };
   auto stage_v = [&](int st) { return reinterpret_cast<C*>(smem + st * L::kBytes + L::kKBytes); };
 
