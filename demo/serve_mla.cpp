@@ -135,15 +135,27 @@ int main(int argc, char** argv) try {
   std::printf("KV budget: %lld KiB (%d GQA blocks of %d tokens)\n", (long long)(budget / 1024), o.gqa_blocks,
               base.block_size);
 
+  // Chapter 11's bill for the same (shrunk) trace and budget: the prediction beside the run.
+  std::vector<pa::Request> shrunk;
+  for (const auto& r : requests) shrunk.push_back({int64_t(r.prompt.size()), int64_t(r.max_new_tokens)});
+  const pa::KVConfig kvc{gqa.num_layers, gqa.num_kv_heads, gqa.head_size, 2, base.max_seq_len};
+  const pa::ch11::CacheCost gqa_bill = pa::ch11::kv_cache_cost(shrunk, kvc, base.block_size, budget);
+  const pa::ch11::CacheCost mla_bill = pa::ch11::latent_cache_cost(shrunk, mla.num_layers, base.block_size, 2, budget);
+
   const Result g = serve("GQA", gqa, std::make_shared<pa::ch10::VarlenStepAttention>(), budget, base, requests, o.quiet);
   const Result m = serve("MLA", mla, std::make_shared<pa::ch11::MlaStepAttention>(), budget, base, requests, o.quiet);
 
+  PA_REQUIRE(gqa_bill.bytes_per_token == g.bytes_per_token && mla_bill.bytes_per_token == m.bytes_per_token &&
+                 gqa_bill.blocks_in_budget == g.num_blocks && mla_bill.blocks_in_budget == m.num_blocks,
+             "chapter 11's bill and the engine's pool disagree on bytes per token or blocks");
   // ANCHOR: table
   std::printf("\n| same trace, same KV budget         | GQA (8 KV heads) |  MLA (latent) |\n");
   std::printf("|------------------------------------|------------------|---------------|\n");
   std::printf("| KV bytes per token (all layers)    | %16lld | %13lld |\n", (long long)g.bytes_per_token,
               (long long)m.bytes_per_token);
   std::printf("| blocks in the budget               | %16d | %13d |\n", g.num_blocks, m.num_blocks);
+  std::printf("| average requests that fit (ch. 11) | %16lld | %13lld |\n", (long long)gqa_bill.seqs_in_budget,
+              (long long)mla_bill.seqs_in_budget);
   std::printf("| blocks held at peak                | %16d | %13d |\n", g.stats.peak_blocks_in_use,
               m.stats.peak_blocks_in_use);
   std::printf("| peak concurrent sequences          | %16d | %13d |\n", g.stats.peak_running, m.stats.peak_running);
