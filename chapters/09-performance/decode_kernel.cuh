@@ -139,6 +139,11 @@ struct TensorCoreMath {
     for (int t0 = 0; t0 < BS && t0 < valid; t0 += 16)
       attend_tile_tc<C, D, BS>(k_blk, v_blk, t0, valid, score_scale, q_frag, p_s, st);
   }
+  // The same with the tokens before `low` hidden as well (chapter 12's sliding window).
+  __device__ void attend_from(const C* k_blk, const C* v_blk, int valid, int low, State& st) {
+    for (int t0 = 0; t0 < BS && t0 < valid; t0 += 16)
+      attend_tile_tc<C, D, BS, true>(k_blk, v_blk, t0, valid, score_scale, q_frag, p_s, st, low);
+  }
   __device__ void store(const State& st, float* s_acc, float* s_m, float* s_l) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     for (int j = 0; j < 2; ++j)

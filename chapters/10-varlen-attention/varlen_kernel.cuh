@@ -118,8 +118,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int n_new = a.query_start_loc[w.seq + 1] - q_start;
   const int seq_len = a.seq_lens[w.seq];
   const int tile_rows = ch10::tile_rows(n_new, G, w.row0);
-  // At most kDecodeRows heads: chapter 9's warps (which know no window and no soft-cap).
-  const bool decode = !(Mask::kWindow || Mask::kSoftCap) && decode_tile(n_new, G);
+  // At most kDecodeRows heads: chapter 9's warps (they know a window, but no soft-cap).
+  const bool decode = decode_tile(n_new, G) && (!Mask::kSoftCap || policy.decode_warps_ok());
   const bool split_tokens = !decode && tile_rows <= 32;
   // split_tokens over 16 rows: two row groups, warps 0 and 2 on rows 0 .. 15, 1 and 3 on
   // 16 .. 31 (flags, not counts: registers live through the loop cost prefill).
@@ -251,7 +251,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 
   __syncthreads();  // the previous item's warps are done with the ring
   if (decode) {
-    decode_warps<T, C, D, decode_slots<C, D>()>(a, w, q_start, tile_rows, smem, so, sm, sl);
+    decode_warps<T, C, D, decode_slots<C, D>(), Mask::kWindow>(a, w, q_start, tile_rows, smem, so, sm,
+                                                               sl, policy.first_key(seq_len - 1));
   } else {
     for (int i = 0; i < kStages - 1; ++i) {  // the first tiles load while q does
       fetch(i);

@@ -75,11 +75,12 @@ struct TcState {
 // ANCHOR: attend_tile_tc
 // One warp attends over 16 tokens [t0, t0 + 16) of a KV block (BS = 16 or 32) for up to
 // 8 query heads. q_frag: this lane's query registers (head g, chunks 4 m + t), loaded once
-// per thread block; p_s: the warp's [8][16] scratch of MmaType values.
-template <typename C, int D, int BS>
+// per thread block; p_s: the warp's [8][16] scratch of MmaType values. kLow (chapter 12's
+// sliding window): the tokens before `low` are hidden too (at least one of the 16 is not).
+template <typename C, int D, int BS, bool kLow = false>
 __device__ void attend_tile_tc(const C* __restrict__ k_blk, const C* __restrict__ v_blk, int t0,
                                int valid, float score_scale, const uint32_t* q_frag, uint16_t* p_s,
-                               TcState<D>& st) {
+                               TcState<D>& st, int low = 0) {
   using E = typename MmaType<C>::type;
   constexpr int x = CacheElem<C>::x, kChunks = D / x, kGroups = (kChunks + 3) / 4;
   constexpr int kPairs = x / 2;  // registers per chunk
@@ -108,7 +109,7 @@ __device__ void attend_tile_tc(const C* __restrict__ k_blk, const C* __restrict_
   float p[4], corr[2];
   for (int i = 0; i < 4; ++i) {
     const int token = t0 + g + 8 * (i / 2);
-    s[i] = token < valid ? s[i] * score_scale : -INFINITY;  // select: K may be NaN there
+    s[i] = token < valid && (!kLow || token >= low) ? s[i] * score_scale : -INFINITY;  // select: K may be NaN there
   }
   for (int j = 0; j < 2; ++j) {
     float mx = fmaxf(s[j], s[2 + j]);

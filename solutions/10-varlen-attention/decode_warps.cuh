@@ -38,11 +38,13 @@ using DecodeMath = ch09::TensorCoreMath<T, C, D, 16, kDecodeRows>;
 
 // This warp, part `part` of the `parts` warps that share the item, attends to the item's
 // 16-token slots part, part + parts, part + 2 parts, ... through its own ring, and leaves
-// its state (chapter 9's TcState: m and l in base e) in st.
-template <typename T, typename C, int D, int kSlots>
+// its state (chapter 9's TcState: m and l in base e) in st. kWindow (chapter 12): the row
+// sees no key before first_key; the slots start at it, rounded down to a block (16 at most),
+// and the keys before it in the first slot are hidden.
+template <typename T, typename C, int D, int kSlots, bool kWindow = false>
 __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q_start, int rows,
                              int part, int parts, unsigned char* smem,
-                             typename DecodeMath<T, C, D>::State& st) {
+                             typename DecodeMath<T, C, D>::State& st, int first_key = 0) {
   using Math = DecodeMath<T, C, D>;
   using R = DecodeRing<C, D>;
   constexpr int x = CacheElem<C>::x, kChunks = D / x;
@@ -57,23 +59,25 @@ __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q
   C* ring = reinterpret_cast<C*>(smem) + warp * kSlots * R::kSlotElems;
   float* scratch = reinterpret_cast<float*>(smem + kWarps * kSlots * R::kSlotBytes +
                                             warp * R::kScratchBytes);
+  int kv_begin = w.kv_begin;
+  if constexpr (kWindow) kv_begin = max(kv_begin, first_key / min(BS, 16) * min(BS, 16));
 
   // ANCHOR: decode_issue
   // Lane copies K of token lane % 16 (chunks lane / 16, + 2, ...) and V piece lane % kParts
   // of rows lane / kParts, + 32 / kParts, ...: one block-table entry each per slot.
-  const int count = max(0, ((w.kv_end - w.kv_begin + 15) / 16 - part + parts - 1) / parts);
+  const int count = max(0, ((w.kv_end - kv_begin + 15) / 16 - part + parts - 1) / parts);
   struct Entries {
     int k, v;  // the blocks of this lane's K token and of its V piece's first token
   };
   auto fetch = [&](int i) {
-    const int tok0 = w.kv_begin + 16 * (part + parts * i);
+    const int tok0 = kv_begin + 16 * (part + parts * i);
     const int k_tok = tok0 + lane % 16, v_tok = tok0 + lane % kParts * x;
     return Entries{i < count && k_tok < w.kv_end ? table[k_tok >> bs_shift] : 0,
                    i < count && v_tok < w.kv_end ? table[v_tok >> bs_shift] : 0};
   };
   auto issue = [&](int i, Entries e) {
     if (i < count) {
-      const int tok0 = w.kv_begin + 16 * (part + parts * i);
+      const int tok0 = kv_begin + 16 * (part + parts * i);
       C* slot = ring + i % kSlots * R::kSlotElems;
       const uint4 zero{0u, 0u, 0u, 0u};
       const int tok = tok0 + lane % 16;
@@ -115,7 +119,11 @@ __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q
     cp_async_wait<kSlots - 1>();
     __syncwarp();
     const C* slot = ring + i % kSlots * R::kSlotElems;
-    math.attend(slot, slot + 16 * D, min(16, w.kv_end - w.kv_begin - 16 * (part + parts * i)), st);
+    const int tok0 = 16 * (part + parts * i);  // from kv_begin
+    if constexpr (kWindow)
+      math.attend_from(slot, slot + 16 * D, min(16, w.kv_end - kv_begin - tok0), first_key - kv_begin - tok0, st);
+    else
+      math.attend(slot, slot + 16 * D, min(16, w.kv_end - kv_begin - tok0), st);
   }
   cp_async_wait<0>();
 }
@@ -123,12 +131,13 @@ __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q
 // A decode item of the thread block: warp w takes slots w, w + 4, ... and leaves its state
 // in the merge layout of the general path: o [warp][16 rows][D], m and l [warp][16 rows],
 // m in base 2. The caller merges the four warps.
-template <typename T, typename C, int D, int kSlots>
+template <typename T, typename C, int D, int kSlots, bool kWindow = false>
 __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q_start,
-                             int rows, unsigned char* smem, float* so, float* sm, float* sl) {
+                             int rows, unsigned char* smem, float* so, float* sm, float* sl,
+                             int first = 0) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   typename DecodeMath<T, C, D>::State st;
-  stream_slots<T, C, D, kSlots>(a, w, q_start, rows, warp, kWarps, smem, st);
+  stream_slots<T, C, D, kSlots, kWindow>(a, w, q_start, rows, warp, kWarps, smem, st, first);
   __syncthreads();  // every warp is done with its ring: the states go where the rings were
   DecodeMath<T, C, D>{}.store(st, so + warp * 16 * D, sm + warp * 16, sl + warp * 16);
   __syncwarp();

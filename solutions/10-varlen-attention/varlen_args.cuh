@@ -22,13 +22,15 @@ constexpr unsigned kFullMask = 0xffffffffu;
 //             hides, beyond chapter 10's mask, every key with !sees(kpos, pos);
 //   kSoftCap  every raw score q.k passes through cap_raw() before the mask (Gemma 2);
 //   kSinks    fold_sink() adds a row's sink to its softmax state once (split 0 of the row).
-// A policy with any of them on runs decode tiles on the general path (decode_warps is
-// chapter 9's math, which knows none of them) and needs a plan without warp items.
+// Decode tiles run on chapter 9's warps (decode_warps, which know a window) unless
+// decode_warps_ok() is false (a soft-cap: they run on the general path). A policy with any
+// hook on needs a plan without warp items (warp_item knows none).
 struct CausalMask {
   static constexpr bool kWindow = false, kSoftCap = false, kSinks = false;
   __device__ int first_key(int) const { return 0; }
   __device__ bool sees(int, int) const { return true; }
   __device__ float cap_raw(float s) const { return s; }
+  __device__ bool decode_warps_ok() const { return true; }
   // m2 (base 2), l and the output's correction factor of query head `head`'s row, in the
   // item's chunk `split`.
   __device__ void fold_sink(int, int, float&, float&, float& corr) const { corr = 1.f; }

@@ -2,10 +2,10 @@
 // into a sliding-window kernel with attention sinks and a logit soft-cap. Chapter 10's kernel
 // is a template over its mask (CausalMask in varlen_args.cuh); this type has the same members,
 // with every hook on. The kernel calls
-//   first_key(pos)   to skip the stages left of a tile's windows (given),
+//   first_key(pos)   the oldest key a row sees (exercise 5): to start each item's loads at
+//                    its tile's first window, and through sees() to mask the keys before
+//                    it (chapter 9's decode warps take it as their first visible key),
 //   cap_raw(s)       on every raw score q.k before the mask (given: Gemma 2's soft-cap),
-//   sees(kpos, pos)  on every key that chapter 10's causal mask kept, in a stage that
-//                    needs a mask (exercise 5: the window),
 //   fold_sink(...)   once per row of every item, before it writes (exercise 6).
 #pragma once
 
@@ -23,8 +23,29 @@ struct WindowMask {
   float cap_over_scale;  // soft-cap / scale, or 0: no soft-cap
   float scale_over_cap;  // scale / soft-cap
 
-  // The first key a row at position pos (>= 0) can see.
-  __device__ int first_key(int pos) const { return max(0, pos - window + 1); }
+  // ANCHOR: first_key
+  __device__ int first_key(int pos) const {
+    // TODO(ch12): return the position of the oldest key that the query row at position pos
+    //   (>= 0) of its sequence sees: its sliding window is the `window` keys that end at the
+    //   row's own key, its own included, and keys exist from position 0. The kernel uses it
+    //   three ways: it hides every key before it (sees() below, and chapter 9's decode warps),
+    //   and it starts each work item's loads at the block that holds the first key of its
+    //   tile's first row, so a block left of that is never read. Tests: Ch12/WindowGolden.*.
+    // HINT(1): Write out which keys a row at position 9 sees with a window of 4, and which
+    //   a row at position 2 sees.
+    // HINT(2): The newest key is the row's own (pos); the oldest is window - 1 keys before
+    //   it, unless that is before the sequence's start.
+    // HINT(3): the key window - 1 positions before pos, clamped at 0: max(0, pos - window
+    //   + 1).
+    // BEGIN SOLUTION
+    // STUB: return pos + 1;
+    return max(0, pos - window + 1);
+    // END SOLUTION
+  }
+  // ANCHOR_END: first_key
+
+  // Chapter 9's decode warps know the window but not the soft-cap.
+  __device__ bool decode_warps_ok() const { return cap_over_scale == 0.f; }
 
   // Gemma 2's soft-cap on the scaled score scale * s: cap * tanh(scale * s / cap), returned
   // unscaled (the kernel scales it with the rest).
@@ -32,26 +53,9 @@ struct WindowMask {
     return cap_over_scale > 0.f ? cap_over_scale * tanhf(s * scale_over_cap) : s;
   }
 
-  // ANCHOR: sees
-  __device__ bool sees(int kpos, int pos) const {
-    // TODO(ch12): return whether the key at position kpos (>= 0) of the sequence lies inside
-    //   the sliding window of the query row at position pos (>= 0): the `window` keys that end
-    //   at the row's own key, its own included. The kernel calls it only for keys it has
-    //   already found inside the work item's [kv_begin, kv_end) and not after pos (chapter
-    //   10's causal mask), and hides the key when it returns false. Tests:
-    //   Ch12/WindowGolden.*.
-    // HINT(1): One bound, on the left. Write out which keys a row at position 9 sees with a
-    //   window of 4, and check your test at both ends of that list.
-    // HINT(2): The newest key is the row's own (kpos == pos); the oldest is window - 1 keys
-    //   before it.
-    // HINT(3): the oldest key the row sees is pos - window + 1, so: return kpos >= pos -
-    //   window + 1; (or, the same, kpos > pos - window).
-    // BEGIN SOLUTION
-    // STUB: return false;
-    return kpos > pos - window;
-    // END SOLUTION
-  }
-  // ANCHOR_END: sees
+  // Whether the row at position pos sees the key at kpos, beyond chapter 10's mask (which
+  // has kept the item's keys up to pos): the window's left edge.
+  __device__ bool sees(int kpos, int pos) const { return kpos >= first_key(pos); }
 
   // ANCHOR: fold_sink
   // The row of query head `head`, in chunk `split` of its tile's keys (0 .. num_splits - 1;
@@ -68,7 +72,8 @@ struct WindowMask {
     //   this chunk's state with the sink included (only the chunk with split 0 includes it;
     //   the others return unchanged, corr 1), and corr rescales o to the new m2. With m2
     //   -inf on entry, o is 0 and l 0: the state becomes the sink's alone. Tests:
-    //   Ch12/WindowGolden.* (sinks), Ch12WindowSplits.*.
+    //   Ch12/WindowGolden.* (the sink cases),
+    //   Ch12/WindowGolden.SplitRowsTakeTheSinkOnce/*.
     // HINT(1): Fold the sink in the way the online softmax folds a new score: a new maximum,
     //   the old terms rescaled to it, the new term added to l. The chunk that takes the sink
     //   must be one the plan always has.
