@@ -7,7 +7,8 @@
 #          run apart; each builds first, which is quick once the build exists; ch10 is
 #          bench_ch10 and the FlashInfer baselines alone, which bench also runs; ch08 is
 #          chapters 3, 7 and 8 alone: tests, sanitizers, the demo, bench_cascade, and the
-#          engine on chapter 10's kernel: its test and bench_engine)
+#          engine on chapter 10's kernel: its test and bench_engine; ch11 and ch12 are one
+#          chapter's tests, sanitizers and benchmark, ch11 with FlashInfer's MLA decode beside it)
 # The FlashInfer baselines need .whl/ from tools/fetch_flashinfer.sh (run where PyPI is
 # reachable; carry .whl to the GPU machine); without it they skip and say so.
 set -uo pipefail
@@ -34,6 +35,8 @@ targets=()
 [ "$part" = ch10 ] && targets=(--target bench_ch10)  # the ch10 part needs only its bench
 [ "$part" = ch08 ] && targets=(--target test_ch03_solution test_ch07_solution test_ch08_solution
                                test_ch08_chapter serve bench_cascade test_ch10_solution bench_engine)
+[ "$part" = ch11 ] && targets=(--target test_ch11_solution test_ch11_chapter bench_ch11 serve_mla)
+[ "$part" = ch12 ] && targets=(--target test_ch12_solution test_ch12_chapter test_ch10_solution bench_ch12)
 run build cmake --build $build -j 16 ${targets[@]+"${targets[@]}"}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 run test_common $build/test_common
@@ -106,6 +109,30 @@ run memcheck_ch10_engine compute-sanitizer --tool memcheck --error-exitcode 1 $b
 run serve $build/demo/serve
 run bench_cascade $build/bench/bench_cascade --csv "$results/bench_cascade.csv" --md "$results/bench_cascade.md"
 run bench_engine $build/bench/bench_engine --md "$results/bench_engine.md"
+fi
+if [ "$part" = ch11 ] || [ "$part" = ch12 ]; then
+ch=${part#ch}
+tests=($build/test_ch${ch}_solution)
+[ "$part" = ch12 ] && tests+=($build/test_ch10_solution)  # chapter 12 changed chapter 10's kernel
+for t in "${tests[@]}"; do
+    n=$(basename "$t")
+    run "$n" "$t"
+    run "memcheck_$n" compute-sanitizer --tool memcheck --error-exitcode 1 "$t"
+    run "racecheck_$n" compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 1 "$t"
+done
+if $build/test_ch${ch}_chapter --gtest_brief=1 > "$out/test_ch${ch}_chapter.log" 2>&1; then
+    summary+=("FAIL  test_ch${ch}_chapter (the skeleton passed!)")
+else
+    summary+=("ok    test_ch${ch}_chapter fails, as a skeleton must")
+fi
+run "bench_$part" $build/bench/bench_$part --csv "$results/bench_$part.csv" --md "$results/bench_$part.md"
+[ "$part" = ch11 ] && run serve_mla $build/demo/serve_mla --quiet
+fi
+if [ "$part" = ch11 ] && ls .whl/flashinfer_python-*.whl > /dev/null 2>&1; then
+run flashinfer_install python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/flashinfer-site .whl/*.whl
+PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH} run bench_flashinfer_mla python3 bench/bench_flashinfer_mla.py \
+    --md "$results/bench_flashinfer_mla.md" --csv "$results/bench_flashinfer_mla.csv"
 fi
 if [ "$part" = ch10 ]; then
 run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"

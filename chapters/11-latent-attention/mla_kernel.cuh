@@ -14,24 +14,28 @@
 // ANCHOR: design
 // The width is what changes the design. A 64-row tile's fp32 output is 64 x 512: at
 // chapter 10's four warps (16 rows each) that is 256 registers a thread for O alone, past
-// the 255 a thread may have. So eight warps, as 4 row groups x 2 column halves: warp w owns
-// rows 16 (w % 4) .. + 15 and output columns 256 (w / 4) .. + 255 -- 128 accumulators a
-// thread. The two warps of a row group need the same P, so they split the scores instead:
-// each computes its rows' scores for 16 of the stage's 32 tokens (full 576-wide dot
-// products) and puts them in shared memory (S, fp32); after a barrier both read the full
-// 16 x 32 block and run the same online softmax (the same inputs in the same order: the
-// same m and l in both, no exchange needed).
-// Shared memory (fp16/bf16): the tile's queries, 64 rows; a ring of 3 stages of 32 latent
-// rows; S. Rows are padded from 576 to 584 elements (1,168 bytes = 292 words, 4 mod 32):
-// the 8 rows an mma fragment reads at once fall in different banks. Queries live in shared
-// memory, not registers: 16 rows x 576 of A fragments would be 144 registers a thread,
-// beside the 128 of O.
+// the 255 a thread may have. So eight warps, as 2 row groups x 4 column quarters: warp w
+// owns rows 32 (w / 4) .. + 31 (two 16-row mma tiles) and output columns 128 (w % 4) ..
+// + 127 -- 128 accumulators a thread. The four warps of a row group need the same P, so
+// they split the scores instead: each scores its 32 rows against 16 of the stage's 64 keys
+// (full 576-wide dot products), and they agree on each row's max through shared memory
+// (4 partial maxima a row); each then writes its part of P (16-bit) to shared memory, and
+// after a barrier every warp reads all of its rows' P for O += P V.
+// Where the time goes is shared memory, not the tensor cores: every mma operand is read
+// from it. Two 16-row tiles a warp let one K or V fragment serve two mma; ldmatrix loads a
+// whole fragment (four 8 x 8 matrices) in one instruction; 64-key stages halve the queries'
+// reads per key. Shared memory: the tile's queries (64 rows x 576), a ring of 2 stages of
+// 64 latent rows, P (64 x 64, 16-bit) and the partial maxima: 230,400 bytes. Rows are
+// 1,152 bytes (72 chunks of 16), unpadded: chunk c of row r is stored at chunk
+// c ^ (r % 8) of its row (swizzle), so the 8 rows an ldmatrix reads at once fall in
+// different banks.
 // ANCHOR_END: design
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "pa/async_copy.h"
@@ -43,19 +47,23 @@ namespace pa::ch11 {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 3;                         // ring depth
-constexpr int kSmemRow = kRowWidth + 8;            // a row in shared memory: 576 + 8 of padding
-constexpr int kSRow = kStageTokens + 4;            // a row of S (floats), padded
-constexpr int kColsPerWarp = kLatentDim / 2;       // 256 output columns a warp
-constexpr int kNTiles = kColsPerWarp / 8;          // 32 mma n-tiles of output a warp
-constexpr int kKSteps = kRowWidth / 16;            // 36 k-steps of 16 in a score
-constexpr int kRowChunks = kRowWidth / 8;          // 72 16-byte chunks in a row
-constexpr size_t kQBytes = size_t(kTileRows) * kSmemRow * 2;           // 74,752
-constexpr size_t kStageBytes = size_t(kStageTokens) * kSmemRow * 2;    // 37,376
-constexpr size_t kRingBytes = kStages * kStageBytes;                   // 112,128
-constexpr size_t kSBytes = size_t(kTileRows) * kSRow * sizeof(float);  // 9,216
-constexpr size_t kSmemBytes = kQBytes + kRingBytes + kSBytes;          // 196,096
+constexpr int kStages = 2;                          // ring depth
+constexpr int kRowGroups = 2;                       // warps w / 4: rows 32 (w / 4) ..
+constexpr int kQuarters = kWarps / kRowGroups;      // warps w % 4: 128 output columns each
+constexpr int kColsPerWarp = kLatentDim / kQuarters;  // 128
+constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // 16 keys of a stage a warp scores
+constexpr int kNTiles = kColsPerWarp / 8;           // 16 mma n-tiles of output a warp
+constexpr int kKSteps = kRowWidth / 16;             // 36 k-steps of 16 in a score
+constexpr int kRowChunks = kRowWidth / 8;           // 72 16-byte chunks in a row
+constexpr int kPChunks = kStageTokens / 8;          // 8 chunks in a row of P
+constexpr size_t kQBytes = size_t(kTileRows) * kRowWidth * 2;          // 73,728
+constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;   // 73,728
+constexpr size_t kRingBytes = kStages * kStageBytes;                   // 147,456
+constexpr size_t kPBytes = size_t(kTileRows) * kStageTokens * 2;       // 8,192
+constexpr size_t kMaxBytes = size_t(kTileRows) * kQuarters * sizeof(float);  // 1,024
+constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;    // 230,400
 static_assert(kSmemBytes <= 227 * 1024, "one thread block fits an H100 SM's shared memory");
+static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
 
 // Everything a launch passes to the kernel.
 template <typename T>
@@ -72,44 +80,56 @@ struct MlaArgs {
   int num_q_heads, block_size, max_blocks_per_seq;
 };
 
-// Two 16-bit values of shared memory, adjacent: one register of an mma fragment.
+// ANCHOR: chunk_at
+// The 16-byte chunk c of row r of a shared-memory array whose rows are `chunks` chunks
+// long (72 for a latent or query row, 8 for a row of P): 8 elements, stored at chunk
+// c ^ (r % 8) of the row. Every read and write of those arrays goes through it. The swizzle
+// permutes chunks within groups of 8 (128 bytes): chunk_at(base, n, r, c + 8 k) is
+// chunk_at(base, n, r, c) + 64 k, so a lane can find its chunks of a row once.
 template <typename T>
-__device__ inline uint32_t load_pair(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+__device__ inline T* chunk_at(T* base, int chunks, int r, int c) {
+  return base + (r * chunks + (c ^ (r & 7))) * 8;
 }
-// Two 16-bit values from two places (a column of V: two rows apart), the first in the low bits.
-template <typename T>
-__device__ inline uint32_t gather_pair(const T* lo, const T* hi) {
-  uint16_t a, b;
-  std::memcpy(&a, lo, 2);
-  std::memcpy(&b, hi, 2);
-  return uint32_t(a) | (uint32_t(b) << 16);
-}
+// ANCHOR_END: chunk_at
+
+// ldmatrix's lanes, for a 16 x 16 block (four 8 x 8 matrices): lane l gives the address of
+// row lane_row(l) of the block, at its 8-column half lane_half(l): matrices 0 .. 3 are then
+// (rows 0-7, columns 0-7), (rows 8-15, 0-7), (rows 0-7, 8-15), (rows 8-15, 8-15).
+__device__ inline int lane_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
+__device__ inline int lane_half(int lane) { return lane >> 4; }
 
 // One work item (see ch10::WorkItem). Every thread of the block calls it with the same item.
 template <typename T>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
-  T* qs = reinterpret_cast<T*>(smem);                                      // [64][kSmemRow]
-  T* ring = reinterpret_cast<T*>(smem + kQBytes);                          // [kStages][32][kSmemRow]
-  float* ss = reinterpret_cast<float*>(smem + kQBytes + kRingBytes);       // [64][kSRow]
+  T* qs = reinterpret_cast<T*>(smem);                                          // [64][72 chunks]
+  T* ring = reinterpret_cast<T*>(smem + kQBytes);                              // [2][64][72 chunks]
+  T* ps = reinterpret_cast<T*>(smem + kQBytes + kRingBytes);                   // [64][8 chunks]
+  float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + kPBytes);  // [64][4]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int rg = warp % 4;    // row group: rows 16 rg .. 16 rg + 15 of the tile
-  const int half = warp / 4;  // output columns 256 half ..; scores of tokens 16 half .. of a stage
+  const int rg = warp / kQuarters;       // row group: rows 32 rg .. 32 rg + 31 of the tile
+  const int quarter = warp % kQuarters;  // output columns 128 quarter ..; keys 16 quarter .. of a stage
   const int G = a.num_q_heads;
   const int q_start = a.query_start_loc[w.seq];
   const int n_new = a.query_start_loc[w.seq + 1] - q_start;
   const int seq_len = a.seq_lens[w.seq];
   const int rows = ch10::tile_rows(n_new, G, w.row0);
 
-  // This lane's two rows of its group, g and g + 8: new token, head, and the position the
-  // token sits at (chapter 10's row numbering); pos -1 for a row past the tile.
-  int token[2], head[2], pos[2];
+  // This lane's four rows: row 32 rg + 16 mt + g + 8 r of the tile for mma tile mt and
+  // r = 0, 1: new token, head, and the position the token sits at (chapter 10's row
+  // numbering); pos -1 for a row past the tile. live[mt]: the mma tile has a row of the
+  // tile (16 heads of one new token fill one of the four; the others skip their mma).
+  int token[2][2], head[2][2], pos[2][2];
+  bool live[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int local = 16 * rg + g + 8 * r, row = w.row0 + local;
-    token[r] = row / G;
-    head[r] = row % G;
-    pos[r] = local < rows ? seq_len - n_new + token[r] : -1;
+  for (int mt = 0; mt < 2; ++mt) {
+    live[mt] = 32 * rg + 16 * mt < rows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int local = 32 * rg + 16 * mt + g + 8 * r, row = w.row0 + local;
+      token[mt][r] = row / G;
+      head[mt][r] = row % G;
+      pos[mt][r] = local < rows ? seq_len - n_new + token[mt][r] : -1;
+    }
   }
 
   const int BS = a.block_size, bs_shift = 31 - __clz(BS);
@@ -118,150 +138,205 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   const uint4 zero{0u, 0u, 0u, 0u};
 
   __syncthreads();  // the previous item is done with shared memory
-  // The tile's queries, whole rows (zeros past the tile): committed with stage 0's group.
-  for (int i = threadIdx.x; i < kTileRows * kRowChunks; i += kThreads) {
-    const int local = i / kRowChunks, c = i % kRowChunks;
-    T* dst = qs + local * kSmemRow + c * 8;
-    if (local < rows) {
-      const int row = w.row0 + local;
-      cp_async16(dst, a.q + (int64_t(q_start + row / G) * G + row % G) * kRowWidth + c * 8);
-    } else {
-      *reinterpret_cast<uint4*>(dst) = zero;
+  // Copies of whole rows: thread i copies chunks i % 4 + 4 k (k = 0 .. 17) of row i / 4 (64
+  // rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its destinations are two
+  // chunks of its row, d0 and d1, plus 64 k / 2 elements.
+  const int my_row = threadIdx.x / 4, my_chunk = threadIdx.x % 4;
+  auto copy_row = [&](T* base, const T* src, bool valid) {
+    T* d0 = chunk_at(base, kRowChunks, my_row, my_chunk);
+    T* d1 = chunk_at(base, kRowChunks, my_row, my_chunk + 4);
+#pragma unroll
+    for (int k = 0; k < kRowChunks / 4; ++k) {
+      T* dst = (k % 2 ? d1 : d0) + 64 * (k / 2);
+      if (valid) cp_async16(dst, src + 8 * (my_chunk + 4 * k));
+      else *reinterpret_cast<uint4*>(dst) = zero;
     }
+  };
+  static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
+  // The tile's queries, whole rows (zeros past the tile): committed with stage 0's group.
+  {
+    const int row = w.row0 + my_row;
+    copy_row(qs, a.q + (int64_t(q_start + row / G) * G + row % G) * kRowWidth, my_row < rows);
   }
   // ANCHOR: load_stage
-  // Stage st: latent rows kv_begin + 32 st .. of the chunk, whole (576 wide: K and V at once),
+  // Stage st: latent rows kv_begin + 64 st .. of the chunk, whole (576 wide: K and V at once),
   // each row 72 copies of 16 bytes from its block's slot. Rows past the chunk's end are
   // zeroed (a read of shared memory nothing wrote is a bug, and 0 * NaN would be NaN). One
-  // cp.async group per stage, also when there is nothing to copy.
+  // cp.async group per stage, also when there is nothing to copy. A thread's row is row
+  // my_row of every stage: it reads the block table for the next stage's row a stage ahead.
+  auto block_of = [&](int st) {
+    const int tok = w.kv_begin + st * kStageTokens + my_row;
+    return st < num_stages && tok < w.kv_end ? table[tok >> bs_shift] : -1;
+  };
+  int next_block = block_of(0);
   auto issue = [&](int st) {
     if (st < num_stages) {
-      const int tok0 = w.kv_begin + st * kStageTokens;
-      T* stage = ring + (st % kStages) * kStageTokens * kSmemRow;
-      for (int i = threadIdx.x; i < kStageTokens * kRowChunks; i += kThreads) {
-        const int tk = i / kRowChunks, c = i % kRowChunks, tok = tok0 + tk;
-        T* dst = stage + tk * kSmemRow + c * 8;
-        if (tok < w.kv_end) {
-          const int64_t slot = int64_t(table[tok >> bs_shift]) * BS + (tok & (BS - 1));
-          cp_async16(dst, a.latent_pool + slot * kRowWidth + c * 8);
-        } else {
-          *reinterpret_cast<uint4*>(dst) = zero;
-        }
-      }
+      const int tok = w.kv_begin + st * kStageTokens + my_row;
+      const int64_t slot = int64_t(next_block) * BS + (tok & (BS - 1));
+      copy_row(ring + (st % kStages) * kStageTokens * kRowWidth, a.latent_pool + slot * kRowWidth,
+               next_block >= 0);
+      next_block = block_of(st + 1);
     }
     cp_async_commit();
   };
   // ANCHOR_END: load_stage
   for (int st = 0; st < kStages - 1; ++st) issue(st);
 
-  // The running state of the lane's two rows: max and exp-sum (base 2; this lane's share of
-  // the sum, the row's four lanes are added at the end), and the output o[n][i]: row
-  // g + 8 (i / 2), column 256 half + 8 n + 2 t + i % 2.
-  float o[kNTiles][4];
+  // The running state of the lane's four rows: max and exp-sum (base 2; this lane's share of
+  // the sum: its keys of its quarter, added over lanes and warps at the end), and the output
+  // o[mt][n][i]: row 32 rg + 16 mt + g + 8 (i / 2), column 128 quarter + 8 n + 2 t + i % 2.
+  float o[2][kNTiles][4];
 #pragma unroll
-  for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[n][i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  const float scale_log2 = a.scale * 1.4426950408889634f;
-  const T* q_rows = qs + (16 * rg + g) * kSmemRow;  // row g of the group; row g + 8 is 8 rows on
-  float* s_rows = ss + (16 * rg) * kSRow;            // the group's 16 rows of S
-
-  for (int st = 0; st < num_stages; ++st) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage st has landed; everyone is done with stage st - 1 and with S
-    issue(st + kStages - 1);
-    const int tok0 = w.kv_begin + st * kStageTokens;
-    const T* kv = ring + (st % kStages) * kStageTokens * kSmemRow;
-
-    // ANCHOR: scores
-    // sc[j][i]: the score of row g + 8 (i / 2) of the group against the stage's latent row
-    // 16 half + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h).
-    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    // TODO(ch11): on return, for j = 0, 1 and i = 0 .. 3, sc[j][i] is row g + 8 (i / 2) of this
-    //   warp's row group (its absorbed query, q_rows: 576 values) dotted with the stage's
-    //   latent row tk = 16 half + 8 j + 2 t + i % 2 (kv + tk * kSmemRow: 576 values), on the
-    //   tensor cores (mma_16x8x16<T>), times scale_log2 -- or exactly -INFINITY if the row
-    //   does not attend that key. The key sits at position kpos = tok0 + tk of the sequence;
-    //   a row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
-    //   own position pos[i / 2] (pos -1: none). Stage rows past the chunk's end hold zeros.
-    //   (Shared memory rows are kSmemRow elements apart, kRowWidth of them used.)
-    (void)tok0;
-    (void)scale_log2;
-    (void)q_rows;
-    // ANCHOR_END: scores
-    // To S, where the row group's other warp reads them too.
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s_rows[(g + 8 * (i / 2)) * kSRow + 16 * half + 8 * j + 2 * t + i % 2] = sc[j][i];
-    __syncthreads();  // S holds the stage's scores, both halves of every row group
-
-    // ANCHOR: online_softmax
-    // p[u][r][e]: row g + 8 r's probability for the stage's key 16 u + 2 t + e (e = 0, 1) and
-    // 16 u + 2 t + 8 + (e - 2) (e = 2, 3): the A fragment of P for k-step u of O += P V.
-    float p[2][2][4], corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float* srow = s_rows + (g + 8 * r) * kSRow;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mx = fmaxf(mx, p[u][r][e] = srow[16 * u + 2 * t + 8 * (e / 2) + e % 2]);
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx);
-      const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no -inf - -inf
-      corr[r] = fast_exp2(m_run[r] - base);
-      float sum = 0.f;
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sum += (p[u][r][e] = fast_exp2(p[u][r][e] - base));
-      l_run[r] = l_run[r] * corr[r] + sum;
-      m_run[r] = m_new;
-    }
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[n][i] *= corr[i / 2];
+      for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.f;
+  float m_run[2][2], l_run[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) m_run[mt][r] = -INFINITY, l_run[mt][r] = 0.f;
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  const int row0 = 32 * rg;               // the row group's first row of the tile
+  const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage
+
+  for (int st = 0; st < num_stages; ++st) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage st has landed; everyone is done with stage st - 1 and with P
+    issue(st + kStages - 1);
+    const int tok0 = w.kv_begin + st * kStageTokens;
+    const T* kv = ring + (st % kStages) * kStageTokens * kRowWidth;
+
+    // ANCHOR: scores
+    // sc[mt][j][i]: the score of row row0 + 16 mt + g + 8 (i / 2) against the stage's latent
+    // row key0 + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h).
+    float sc[2][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sc[mt][j][i] = 0.f;
+    // TODO(ch11): on return, for mt, j = 0, 1 and i = 0 .. 3, sc[mt][j][i] is the absorbed
+    //   query of tile row row0 + 16 mt + g + 8 (i / 2) (qs: 576 values) dotted with the
+    //   stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
+    //   cores (mma_16x8x16<T>), times scale_log2 -- or exactly -INFINITY if the row does
+    //   not attend that key. The key sits at position kpos = tok0 + tk of the sequence; a
+    //   row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
+    //   own position pos[mt][i / 2] (pos -1: none). Stage rows past the chunk's end hold
+    //   zeros. Shared memory is reached only through chunk_at (rows of kRowChunks chunks).
+    //   An mma tile with live[mt] false has no row of the tile: skipping its mma is allowed.
+    (void)tok0;
+    (void)scale_log2;
+    (void)kv;
+    // ANCHOR_END: scores
+
+    // ANCHOR: online_softmax
+    // Each row's max over the stage: the warp's 16 keys (its lanes t), then the row group's
+    // four quarters through shared memory. All four warps take the same inputs in the same
+    // order, so they agree on m and on the correction without another exchange.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = fmaxf(fmaxf(sc[mt][0][2 * r], sc[mt][0][2 * r + 1]), fmaxf(sc[mt][1][2 * r], sc[mt][1][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        if (t == 0) maxes[(row0 + 16 * mt + g + 8 * r) * kQuarters + quarter] = mx;
+      }
+    __syncthreads();  // every quarter's maxima are in
+    float corr[2][2];
+    bool rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 16 * mt + g + 8 * r;
+        const float4 q4 = *reinterpret_cast<const float4*>(maxes + row * kQuarters);
+        const float m_new = fmaxf(m_run[mt][r], fmaxf(fmaxf(q4.x, q4.y), fmaxf(q4.z, q4.w)));
+        const float base = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: no -inf - -inf
+        corr[mt][r] = fast_exp2(m_run[mt][r] - base);
+        rescale |= corr[mt][r] != 1.f;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float p0 = fast_exp2(sc[mt][j][2 * r] - base), p1 = fast_exp2(sc[mt][j][2 * r + 1] - base);
+          sum += p0 + p1;
+          // P, 16-bit, at [row][key0 + 8 j + 2 t]: where every warp of the row group reads it.
+          *reinterpret_cast<uint32_t*>(chunk_at(ps, kPChunks, row, 2 * quarter + j) + 2 * t) = pack2<T>(p0, p1);
+        }
+        l_run[mt][r] = l_run[mt][r] * corr[mt][r] + sum;
+        m_run[mt][r] = m_new;
+      }
+    // Once the max settles (long contexts: most stages), no row moves and O is left alone.
+    if (__any_sync(kFullMask, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][n][i] *= corr[mt][i / 2];
+    }
+    __syncthreads();  // P holds the stage's probabilities, every key of every row
     // ANCHOR_END: online_softmax
 
     // ANCHOR: pv
+    if (live[0]) {
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      // P as the A operand of k-step u (16 keys): rows g, g + 8; keys 2t, 2t+1 and 2t+8, 2t+9.
-      const uint32_t af[4] = {pack2<T>(p[u][0][0], p[u][0][1]), pack2<T>(p[u][1][0], p[u][1][1]),
-                              pack2<T>(p[u][0][2], p[u][0][3]), pack2<T>(p[u][1][2], p[u][1][3])};
-      // TODO(ch11): on return, for every n < kNTiles, o[n] has grown by P V for this k-step on
-      //   the tensor cores (mma_16x8x16<T>(o[n], af, b)): V is the latent part (the first
-      //   kLatentDim columns) of the stage's rows 16 u .. 16 u + 15 -- the very rows the
-      //   scores were taken against, already in shared memory at kv -- and o[n] covers this
-      //   warp's output columns 256 half + 8 n .. + 7 (the accumulator layout of o above).
-      //   Keys are the mma's k-index: key 16 u + k of the stage is row k of B.
-      (void)af;
+      for (int u = 0; u < kStageTokens / 16; ++u) {
+        // P as the A operand of k-step u (keys 16 u .. + 15), for both mma tiles.
+        uint32_t af[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          ldmatrix_x4(af[mt], chunk_at(ps, kPChunks, row0 + 16 * mt + lane_row(lane), 2 * u + lane_half(lane)));
+        // TODO(ch11): on return, for mt with live[mt] and every n < kNTiles, o[mt][n] has
+        //   grown by P V for this k-step on the tensor cores (mma_16x8x16<T>(o[mt][n],
+        //   af[mt], b)): V is the latent part (the first kLatentDim columns) of the stage's
+        //   rows 16 u .. 16 u + 15 -- the very rows the scores were taken against, already
+        //   in shared memory at kv (through chunk_at, rows of kRowChunks chunks) -- and
+        //   o[mt][n] covers this warp's output columns kColsPerWarp * quarter + 8 n .. + 7
+        //   (the accumulator layout of o above). Keys are the mma's k-index: key 16 u + k of
+        //   the stage is row k of B.
+        (void)af;
+      }
     }
     // ANCHOR_END: pv
   }
   cp_async_wait<0>();
+  // Each row's exp-sum: its four lanes, then its four quarters (through `maxes`, free now:
+  // every warp is past the last stage's barriers).
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {  // the row's four lanes' exp-sums
-    l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(kFullMask, l_run[r], 2);
-  }
-
-  // ANCHOR: write_out
-  if (w.num_splits == 1) {  // the whole KV of the tile: normalise and write the output
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (pos[r] < 0) continue;
-      const float inv = l_run[r] == 0.f ? 0.f : 1.f / l_run[r];
-      T* dst = a.out + (int64_t(q_start + token[r]) * G + head[r]) * kLatentDim + kColsPerWarp * half + 2 * t;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n)
-        *reinterpret_cast<uint32_t*>(dst + 8 * n) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      l_run[mt][r] += __shfl_xor_sync(kFullMask, l_run[mt][r], 1);
+      l_run[mt][r] += __shfl_xor_sync(kFullMask, l_run[mt][r], 2);
+      if (t == 0) maxes[(row0 + 16 * mt + g + 8 * r) * kQuarters + quarter] = l_run[mt][r];
     }
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float4 q4 = *reinterpret_cast<const float4*>(maxes + (row0 + 16 * mt + g + 8 * r) * kQuarters);
+      l_run[mt][r] = (q4.x + q4.y) + (q4.z + q4.w);
+    }
+
+// ANCHOR: write_out
+  if (w.num_splits == 1) {  // the whole KV of the tile: normalise and write the output
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (pos[mt][r] < 0) continue;
+        const float inv = l_run[mt][r] == 0.f ? 0.f : 1.f / l_run[mt][r];
+        T* dst = a.out + (int64_t(q_start + token[mt][r]) * G + head[mt][r]) * kLatentDim +
+                 kColsPerWarp * quarter + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n)
+          *reinterpret_cast<uint32_t*>(dst + 8 * n) = pack2<T>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+      }
     return;
   }
   // ANCHOR: split_merge
@@ -273,8 +348,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   //   w.partial_base + local * w.num_splits + p of a.max_logits (the chunk's max score,
   //   natural log), a.exp_sums (its exp-sum at that max) and a.partial_out (512 floats at
   //   index * 512: its output, normalised by its own exp-sum). This lane's state is the
-  //   path above's (m_run[r] in base 2, l_run[r], o[n][2r + e] for its warp's 256 columns;
-  //   pos[r] >= 0 for a row of the tile). a.counters[w.counter], the tile's ticket, is 0 before
+  //   path above's (m_run[mt][r] in base 2, l_run[mt][r] (the row's whole exp-sum),
+  //   o[mt][n][2r + e] for its warp's 128 columns; pos[mt][r] >= 0 for a row of the tile). a.counters[w.counter], the tile's ticket, is 0 before
   //   the launch and must be 0 after it. Exactly one chunk, the last to finish, merges, and
   //   it reads only partials the others made visible to the whole GPU first. Tests:
   //   StretchMlaSplit.*, on plans that split (the core tests plan on one thread block, where
@@ -286,7 +361,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
-// empty place (seq -1). One thread block per SM (196 KB of shared memory).
+// empty place (seq -1). One thread block per SM (225 KB of shared memory).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);

@@ -164,7 +164,7 @@ class MlaDecode {
            const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
 
   // Lays out and uploads `plan` (plan() is make_plan, then this). Tests call it with plans
-  // make_plan never makes: chunks that end inside a 32-row stage, at any token. A plan must
+  // make_plan never makes: chunks that end inside a 64-row stage, at any token. A plan must
   // cover the batch as make_plan's do (ch10::Plan, ch10::WorkItem); only cta_start is checked.
   void use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream = nullptr);
 
@@ -188,8 +188,8 @@ int mla_wave_size(DType dtype);
 
 // The kernel's tile, for tests and the book.
 inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
-inline constexpr int kStageTokens = 32;            // latent rows a pipeline stage holds
-inline constexpr int kWarps = 8;                   // 4 row groups x 2 column halves
+inline constexpr int kStageTokens = 64;            // latent rows a pipeline stage holds
+inline constexpr int kWarps = 8;                   // 2 row groups x 4 column quarters
 
 // ---- In chapter 8's engine --------------------------------------------------------------
 

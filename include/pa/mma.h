@@ -52,13 +52,13 @@ __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const 
   __syncwarp();
 #else
   if constexpr (std::is_same<E, half>::value) {
-    asm volatile(
+    asm(  // no side effects: the compiler may schedule it freely
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   } else {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -75,18 +75,29 @@ __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const 
 //                       transposed matrix's row: a B operand stored row by row, like V)
 // (the first of each pair in the lower 16 bits), exactly the layout of a[], b[] above: one
 // instruction instead of four or eight 16/32-bit loads. Every lane of the warp must call it.
+// A shared-memory address for ldmatrix: on the GPU the 32-bit address in the shared window
+// (an add of a constant to it folds into the instruction), on the emulator a pointer. Add
+// bytes to it with +.
+#if defined(PA_BACKEND_CPU)
+using SmemAddr = const unsigned char*;
+__device__ inline SmemAddr smem_addr(const void* p) { return static_cast<const unsigned char*>(p); }
+#else
+using SmemAddr = uint32_t;
+__device__ inline SmemAddr smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+#endif
+
 template <bool Trans>
-__device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row) {
+__device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], SmemAddr row) {
 #if defined(PA_BACKEND_CPU)
   // The emulator: every lane publishes its row's address, then reads its values itself.
   __shared__ const unsigned char* rows[32][32];  // [warp][lane]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
     std::fprintf(stderr, "ldmatrix: lane %d of warp %d passed the row address %p, not 16-byte "
-                 "aligned (on a GPU: misaligned address)\n", lane, warp, row);
+                 "aligned (on a GPU: misaligned address)\n", lane, warp, static_cast<const void*>(row));
     std::abort();
   }
-  rows[warp][lane] = static_cast<const unsigned char*>(row);
+  rows[warp][lane] = row;
   __syncwarp();
   for (int m = 0; m < 4; ++m) {
     uint16_t lo, hi;
@@ -101,19 +112,20 @@ __device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void* row) {
   }
   __syncwarp();
 #else
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   if constexpr (Trans) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
   } else {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
   }
 #endif
 }
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl<false>(r, row); }
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], SmemAddr row) { ldmatrix_x4_impl<false>(r, row); }
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], SmemAddr row) { ldmatrix_x4_impl<true>(r, row); }
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ldmatrix_x4_impl<false>(r, smem_addr(row)); }
 __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
-  ldmatrix_x4_impl<true>(r, row);
+  ldmatrix_x4_impl<true>(r, smem_addr(row));
 }
 
 // Two floats as one register of two E values (the lower first): an A or B fragment's pair.
