@@ -4,19 +4,28 @@
 // rows, physical blocks randomly permuted, pools rotated so that the working set is at
 // least 10x the L2 cache; every call timed on the GPU alone, queued behind a spin.
 //
-// The cases are bench/bench_flashinfer_mla.py's, by the same names (keep the lists in step):
-// h_q 16 (a DeepSeek-V3 shard under 8-way tensor parallelism), 128 (data-parallel attention),
-// 64 with 2 new tokens (Kimi K2 with multi-token prediction), 16 with 4 (speculative
-// verification), a ragged batch, and block size 16 beside FlashMLA's 64.
+// The cases are bench/ch11_cases.txt's, the one list bench/bench_flashinfer_mla.py runs too,
+// by the same names (bench/ch11_cases.h reads it): the book's seven (h_q 16, a DeepSeek-V3
+// shard under 8-way tensor parallelism; 128, data-parallel attention; 64 with 2 new tokens,
+// Kimi K2 with multi-token prediction; 16 with 4, speculative verification; a ragged batch;
+// block size 16 beside FlashMLA's 64), then sweeps over h_q x s_q, the batch and the context.
 // Bytes: every sequence's whole latent context once (1,152 bytes a token) plus q and out.
 // FLOPs: 2 * (576 + 512) * h_q per (query row, key it attends), causal, exact.
-//   usage: bench_ch11 [--csv FILE] [--md FILE]
+//   usage: bench_ch11 [--csv FILE] [--md FILE] [--cases FILE] [--only TEXT] [--list]
+// --cases: the case file (default: the source tree's bench/ch11_cases.txt, else
+// ./bench/ch11_cases.txt); --only: the cases whose name holds TEXT; --list: print the
+// cases and exit before touching the GPU. The CSV has one row per case, TFLOP/s included
+// (bench/compare_ch11.py reads it beside bench_flashinfer_mla.py's).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
+#include "ch11_cases.h"
 #include "pa/ch11_mla.h"
 #include "pa/dtype.h"
 
@@ -25,49 +34,70 @@ namespace {
 using pa::bf16;
 namespace m = pa::ch11;
 
-struct Case {
-  std::string name;
-  int hq, s_q;
-  std::vector<int> lens;  // cache lengths, new tokens included
-  int block;
-};
+using Case = pa::bench::ch11cases::MlaCase;
 
-// n lengths log-uniform in [lo, hi], from bench_flashinfer_mla.py's fixed hash.
-std::vector<int> ragged_lengths(int n, int lo, int hi, int seed) {
-  std::vector<int> out;
-  for (int i = 0; i < n; ++i) {
-    const double h = double((uint64_t(i + 1) * 2654435761ull + uint64_t(seed) * 40503ull) % (1ull << 32)) /
-                     double(1ull << 32);
-    out.push_back(int(std::lround(std::exp(std::log(lo) + h * (std::log(hi) - std::log(lo))))));
-  }
+#ifndef PA_BENCH_CASES
+#define PA_BENCH_CASES "bench/ch11_cases.txt"
+#endif
+
+std::string arg_value(int argc, char** argv, const std::string& flag, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (flag == argv[i]) return argv[i + 1];
+  return fallback;
+}
+
+bool has_flag(int argc, char** argv, const std::string& flag) {
+  for (int i = 1; i < argc; ++i)
+    if (flag == argv[i]) return true;
+  return false;
+}
+
+std::vector<Case> load_cases(int argc, char** argv) {
+  std::string path = arg_value(argc, argv, "--cases", "");
+  if (path.empty()) path = std::ifstream(PA_BENCH_CASES) ? PA_BENCH_CASES : "bench/ch11_cases.txt";
+  const std::string only = arg_value(argc, argv, "--only", "");
+  std::vector<Case> out;
+  for (Case& c : pa::bench::ch11cases::read_cases(path))
+    if (c.name.find(only) != std::string::npos) out.push_back(std::move(c));
+  if (out.empty()) throw std::runtime_error("no case of " + path + " holds '" + only + "'");
   return out;
 }
 
-std::vector<Case> cases() {
-  return {
-      {"tp8 shard: Hq 16, B 64, L 4096", 16, 1, std::vector<int>(64, 4096), 64},
-      {"Hq 128, B 64, L 4096", 128, 1, std::vector<int>(64, 4096), 64},
-      {"Hq 128, B 128, L 1024", 128, 1, std::vector<int>(128, 1024), 64},
-      {"Kimi K2 MTP: Hq 64, s_q 2, B 64, L 4096", 64, 2, std::vector<int>(64, 4096), 64},
-      {"spec: Hq 16, s_q 4, B 64, L 4096", 16, 4, std::vector<int>(64, 4096), 64},
-      {"ragged: Hq 128, 128 lengths 64..8192", 128, 1, ragged_lengths(128, 64, 8192, 7), 64},
-      {"Hq 128, B 64, L 4096, page 16", 128, 1, std::vector<int>(64, 4096), 16},
-  };
+std::string csv_quoted(const std::string& s) { return "\"" + s + "\""; }  // names hold no '"'
+
+// The rows check_rows compares: the first, the longest and the last sequence's new tokens,
+// at heads 0, stride, 2 * stride, ... and h_q - 1, the stride the smallest power of two that
+// keeps the host's work under kCheckKeys (keys x rows; a row costs its keys x 1,088
+// multiply-adds in double): every 8th head at L 4096 and B 64, and a few heads a token of the
+// 64K contexts, so that a case's check stays well under a second.
+constexpr double kCheckKeys = 2.5e5;
+
+std::vector<int> checked_heads(const Case& c, const std::vector<int>& seqs) {
+  double keys = 0;
+  for (int b : seqs) keys += double(c.lens[b]) * c.s_q;
+  int stride = 8;
+  while (stride < c.hq && keys * ((c.hq + stride - 1) / stride + 1) > kCheckKeys) stride *= 2;
+  std::vector<int> heads;
+  for (int h = 0; h < c.hq; h += stride) heads.push_back(h);
+  if (heads.back() != c.hq - 1) heads.push_back(c.hq - 1);
+  return heads;
 }
 
-// max |out - ref| / max |ref| over every 8th head of the first and the longest sequence's
-// rows, the reference in double on the host from copy 0 of the pool and q.
+// max |out - ref| / max |ref| over those rows, the reference in double on the host from
+// copy 0 of the pool and q.
 double check_rows(const Case& c, const std::vector<int>& table, int max_blocks,
                   const std::vector<int>& qsl, const std::vector<bf16>& pool,
                   const std::vector<bf16>& q, const std::vector<bf16>& out, float scale) {
-  const int W = m::kRowWidth, V = m::kLatentDim;
-  int longest = 0;
-  for (int b = 0; b < int(c.lens.size()); ++b) if (c.lens[b] > c.lens[longest]) longest = b;
+  const int W = m::kRowWidth, V = m::kLatentDim, B = int(c.lens.size());
+  const int longest = int(std::max_element(c.lens.begin(), c.lens.end()) - c.lens.begin());
+  const std::set<int> seq_set{0, longest, B - 1};
+  const std::vector<int> seqs(seq_set.begin(), seq_set.end());
+  const std::vector<int> heads = checked_heads(c, seqs);
   double worst = 0, top = 0;
-  for (int b : {0, longest}) {
+  for (int b : seqs) {
     const int L = c.lens[b];
     for (int i = 0; i < c.s_q; ++i)
-      for (int h = 0; h < c.hq; h += 8) {
+      for (int h : heads) {
         const size_t row = size_t(qsl[b] + i) * c.hq + h;
         const int seen = L - c.s_q + i + 1;
         std::vector<double> sc(seen), acc(V, 0.0);
@@ -99,67 +129,105 @@ double check_rows(const Case& c, const std::vector<int>& table, int max_blocks,
 
 int main(int argc, char** argv) {
   const auto outputs = pa::bench::parse_outputs(argc, argv);
+  std::vector<Case> cases;
+  try {
+    cases = load_cases(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ch11: %s\n", e.what());
+    return 2;
+  }
+  if (has_flag(argc, argv, "--list")) {
+    for (const Case& c : cases) {
+      long long tokens = 0;
+      for (int L : c.lens) tokens += L;
+      std::printf("%-44s h_q %3d  s_q %d  B %3zu  tokens %8lld  block %d\n", c.name.c_str(), c.hq, c.s_q,
+                  c.lens.size(), tokens, c.block);
+    }
+    std::printf("%zu cases\n", cases.size());
+    return 0;
+  }
   cudaDeviceProp prop{};
   PA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const auto ceil = pa::bench::measure_ceilings();
   std::vector<pa::bench::Row> rows;
+  std::vector<double> row_flops;
+  bool failed = false;
   std::printf("%-44s %10s %9s %8s %10s\n", "case", "us", "TB/s", "% read", "TFLOP/s");
-  for (const Case& c : cases()) {
-    const int B = int(c.lens.size());
-    std::vector<int> qsl(B + 1, 0), table;
-    int max_blocks = 0, num_blocks = 0;
-    double tokens = 0, keys = 0;
-    for (int b = 0; b < B; ++b) {
-      qsl[b + 1] = qsl[b] + c.s_q;
-      const int nb = (c.lens[b] + c.block - 1) / c.block;
-      max_blocks = std::max(max_blocks, nb);
-      num_blocks += nb;
-      tokens += c.lens[b];
-      for (int i = 0; i < c.s_q; ++i) keys += c.lens[b] - c.s_q + i + 1;
+  for (const Case& c : cases) {
+    try {
+      const int B = int(c.lens.size());
+      std::vector<int> qsl(B + 1, 0), table;
+      int max_blocks = 0, num_blocks = 0;
+      double tokens = 0, keys = 0;
+      for (int b = 0; b < B; ++b) {
+        qsl[b + 1] = qsl[b] + c.s_q;
+        const int nb = (c.lens[b] + c.block - 1) / c.block;
+        max_blocks = std::max(max_blocks, nb);
+        num_blocks += nb;
+        tokens += c.lens[b];
+        for (int i = 0; i < c.s_q; ++i) keys += c.lens[b] - c.s_q + i + 1;
+      }
+      const auto perm = pa::bench::permuted_blocks(num_blocks, 17);
+      table.assign(size_t(B) * max_blocks, 0);
+      for (int b = 0, next = 0; b < B; ++b)
+        for (int j = 0; j < (c.lens[b] + c.block - 1) / c.block; ++j) table[size_t(b) * max_blocks + j] = perm[next++];
+      const m::MlaShape s{B, qsl[B], c.hq, c.block, num_blocks, max_blocks};
+      const size_t pool_n = size_t(num_blocks) * c.block * m::kRowWidth;
+      const size_t q_n = size_t(qsl[B]) * c.hq * m::kRowWidth, o_n = size_t(qsl[B]) * c.hq * m::kLatentDim;
+      const double bytes = 2.0 * (tokens * m::kRowWidth + double(q_n) + double(o_n));
+      const double flops = 2.0 * (m::kRowWidth + m::kLatentDim) * c.hq * keys;
+      const int copies = pa::bench::rotation_count(size_t(bytes));
+      std::vector<pa::DeviceBuffer<bf16>> pools, qs;
+      for (int k = 0; k < copies; ++k) {
+        pools.emplace_back(pool_n);
+        pa::bench::fill_random_half(pools.back().get(), pool_n, 100 + k, true);
+        qs.emplace_back(q_n);
+        pa::bench::fill_random_half(qs.back().get(), q_n, 200 + k, true);
+      }
+      pa::DeviceBuffer<bf16> out(o_n);
+      pa::DeviceBuffer<int> d_table(table.size()), d_lens(B), d_qsl(B + 1);
+      d_table.upload(table);
+      d_lens.upload(c.lens);
+      d_qsl.upload(qsl);
+      m::MlaDecode dec;
+      dec.plan(s, pa::DType::bf16, c.lens, qsl);
+      const float scale = 1.0f / std::sqrt(192.0f);
+      auto run = [&](int i) {
+        const int k = i % copies;
+        dec.run(out.get(), qs[k].get(), pools[k].get(), d_table.get(), d_lens.get(), d_qsl.get(), scale);
+      };
+      run(0);
+      PA_CUDA_CHECK(cudaDeviceSynchronize());
+      const double err = check_rows(c, table, max_blocks, qsl, pools[0].download(), qs[0].download(),
+                                    out.download(), scale);
+      if (!(err < 2e-2)) {
+        std::printf("MISMATCH %s: max |out - ref| / max |ref| = %.2e (not timed)\n", c.name.c_str(), err);
+        failed = true;
+        continue;
+      }
+      const double us = pa::bench::median_ms_queued(run) * 1e3;
+      const double tbps = bytes / us / 1e6;
+      std::printf("%-44s %10.1f %9.2f %7.1f%% %10.1f\n", c.name.c_str(), us, tbps,
+                  100.0 * tbps / ceil.read_tbps, flops / us / 1e6);
+      std::fflush(stdout);
+      rows.push_back({"ch11 mla decode", c.name, us, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
+      row_flops.push_back(flops);
+    } catch (const std::exception& e) {  // a case the kernel refuses: said, and the others still run
+      std::printf("FAILED %s: %s\n", c.name.c_str(), e.what());
+      failed = true;
     }
-    const auto perm = pa::bench::permuted_blocks(num_blocks, 17);
-    table.assign(size_t(B) * max_blocks, 0);
-    for (int b = 0, next = 0; b < B; ++b)
-      for (int j = 0; j < (c.lens[b] + c.block - 1) / c.block; ++j) table[size_t(b) * max_blocks + j] = perm[next++];
-    const m::MlaShape s{B, qsl[B], c.hq, c.block, num_blocks, max_blocks};
-    const size_t pool_n = size_t(num_blocks) * c.block * m::kRowWidth;
-    const size_t q_n = size_t(qsl[B]) * c.hq * m::kRowWidth, o_n = size_t(qsl[B]) * c.hq * m::kLatentDim;
-    const double bytes = 2.0 * (tokens * m::kRowWidth + double(q_n) + double(o_n));
-    const double flops = 2.0 * (m::kRowWidth + m::kLatentDim) * c.hq * keys;
-    const int copies = pa::bench::rotation_count(size_t(bytes));
-    std::vector<pa::DeviceBuffer<bf16>> pools, qs;
-    for (int k = 0; k < copies; ++k) {
-      pools.emplace_back(pool_n);
-      pa::bench::fill_random_half(pools.back().get(), pool_n, 100 + k, true);
-      qs.emplace_back(q_n);
-      pa::bench::fill_random_half(qs.back().get(), q_n, 200 + k, true);
-    }
-    pa::DeviceBuffer<bf16> out(o_n);
-    pa::DeviceBuffer<int> d_table(table.size()), d_lens(B), d_qsl(B + 1);
-    d_table.upload(table);
-    d_lens.upload(c.lens);
-    d_qsl.upload(qsl);
-    m::MlaDecode dec;
-    dec.plan(s, pa::DType::bf16, c.lens, qsl);
-    const float scale = 1.0f / std::sqrt(192.0f);
-    auto run = [&](int i) {
-      const int k = i % copies;
-      dec.run(out.get(), qs[k].get(), pools[k].get(), d_table.get(), d_lens.get(), d_qsl.get(), scale);
-    };
-    run(0);
-    PA_CUDA_CHECK(cudaDeviceSynchronize());
-    const double err = check_rows(c, table, max_blocks, qsl, pools[0].download(), qs[0].download(),
-                                  out.download(), scale);
-    if (!(err < 2e-2)) {
-      std::printf("MISMATCH %s: max |out - ref| / max |ref| = %.2e\n", c.name.c_str(), err);
-      return 1;
-    }
-    const double us = pa::bench::median_ms_queued(run) * 1e3;
-    const double tbps = bytes / us / 1e6;
-    std::printf("%-44s %10.1f %9.2f %7.1f%% %10.1f\n", c.name.c_str(), us, tbps,
-                100.0 * tbps / ceil.read_tbps, flops / us / 1e6);
-    rows.push_back({"ch11 mla decode", c.name, us, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
   }
-  pa::bench::report(rows, ceil, prop.name, outputs.csv, outputs.md);
-  return 0;
+  pa::bench::report(rows, ceil, prop.name, "", outputs.md);
+  if (!outputs.csv.empty()) {  // names hold commas: quoted; TFLOP/s beside the bytes
+    std::ofstream csv(outputs.csv);
+    csv << "kernel,case,us,bytes,tbps,pct_read,flops,tflops,read_ceiling_tbps,copy_ceiling_tbps,device\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      char line[512];
+      std::snprintf(line, sizeof line, ",%.3f,%.0f,%.4f,%.2f,%.0f,%.2f,%.4f,%.4f,", r.us, r.bytes, r.tbps,
+                    r.pct, row_flops[i], row_flops[i] / r.us / 1e6, ceil.read_tbps, ceil.copy_tbps);
+      csv << r.kernel << "," << csv_quoted(r.shape) << line << csv_quoted(prop.name) << "\n";
+    }
+  }
+  return failed ? 1 : 0;
 }

@@ -2,6 +2,11 @@
 """FlashInfer's MLA decode on chapter 11's cases: the baseline for the latent-cache kernel.
 
     python3 bench/bench_flashinfer_mla.py --md OUT.md [--csv OUT.csv] [--backends fa2,fa3]
+        [--cases bench/ch11_cases.txt] [--only TEXT] [--list]
+
+The cases are bench/ch11_cases.txt's, the file bench_ch11 reads too (one list, the same
+names). --only runs the cases whose name holds TEXT; --list prints the cases, their bytes,
+FLOPs and pool sizes, and exits (no torch needed).
 
 The cache is chapter 11's: one pool [num_pages, page_size, 576] of bf16, each token's
 [c_kv (512) | k_rope (64)] row, pages handed out through a randomly permuted page table.
@@ -13,7 +18,8 @@ causally (token i of n sees the context's first L - n + i + 1 tokens).
 
 FlashInfer is flashinfer-python 0.7.2.post1 from the trimmed wheel (tools/fetch_flashinfer.sh
 keeps its batch MLA sources), BatchMLAPagedAttentionWrapper, planned through its flat CSR
-arguments, with the FA2 and the FA3 (Hopper) backends; the better one is the baseline.
+arguments, with the FA2 and the FA3 (Hopper) backends, each reported (one row per case and
+backend; compare_ch11.py sets both beside bench_ch11's times).
 
 Reported per case: time (CUDA events, median of 30 after 5 warm-ups, a GPU-side spin before
 each start, pools rotated so the working set is >= 10x L2), bytes (every sequence's whole
@@ -31,32 +37,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_torch as bt  # noqa: E402  (timer, ceilings, rotation, errors)
+import ch11_cases  # noqa: E402  (the case list, shared with bench_ch11)
 
 D_C, D_R = 512, 64
 D_QK = D_C + D_R
 SCALE = 1.0 / math.sqrt(128 + 64)
 BYTES_PER_TOKEN = D_QK * 2
-
-
-def ragged_lengths(n, lo, hi, seed):
-    """n lengths log-uniform in [lo, hi], from a fixed hash (no RNG state)."""
-    out = []
-    for i in range(n):
-        h = ((i + 1) * 2654435761 + seed * 40503) % 2**32 / 2**32
-        out.append(int(round(math.exp(math.log(lo) + h * (math.log(hi) - math.log(lo))))))
-    return out
-
-
-# name, heads, new tokens per sequence, context lengths, page size
-CASES = [
-    ("tp8 shard: Hq 16, B 64, L 4096", 16, 1, [4096] * 64, 64),
-    ("Hq 128, B 64, L 4096", 128, 1, [4096] * 64, 64),
-    ("Hq 128, B 128, L 1024", 128, 1, [1024] * 128, 64),
-    ("Kimi K2 MTP: Hq 64, s_q 2, B 64, L 4096", 64, 2, [4096] * 64, 64),
-    ("spec: Hq 16, s_q 4, B 64, L 4096", 16, 4, [4096] * 64, 64),
-    ("ragged: Hq 128, 128 lengths 64..8192", 128, 1, ragged_lengths(128, 64, 8192, 7), 64),
-    ("Hq 128, B 64, L 4096, page 16", 128, 1, [4096] * 64, 16),
-]
 
 
 def counts(heads, s_q, lengths):
@@ -105,7 +91,7 @@ def run_case(torch, fi, timer, ceil, case, backends, log):
     copies = bt.rotation_count(torch, nbytes)
     c = make_case(torch, heads, s_q, lengths, page, copies, seed=11)
     ws = torch.empty(128 * 2**20, dtype=torch.uint8, device="cuda")
-    best = None
+    rows = []
     for backend in backends:
         try:
             w = fi.mla.BatchMLAPagedAttentionWrapper(ws, backend=backend)
@@ -136,12 +122,12 @@ def run_case(torch, fi, timer, ceil, case, backends, log):
             continue
         us = ms * 1e3
         row = dict(case=name, backend=backend, us=us, tbps=nbytes / us / 1e6,
-                   pct=100 * nbytes / us / 1e6 / ceil["read_tbps"], tflops=flops / us / 1e6)
+                   pct=100 * nbytes / us / 1e6 / ceil["read_tbps"], tflops=flops / us / 1e6,
+                   bytes=nbytes, flops=flops)
         print("  %-4s %-44s %9.1f us %6.2f TB/s %5.1f%% of read %7.1f TFLOP/s"
               % (backend, name, us, row["tbps"], row["pct"], row["tflops"]), flush=True)
-        if best is None or us < best["us"]:
-            best = row
-    return best
+        rows.append(row)
+    return rows
 
 
 def write_md(path, rows, ceil, device, log):
@@ -156,12 +142,54 @@ def write_md(path, rows, ceil, device, log):
             f.write("\nNotes:\n\n" + "".join(f"- {line}\n" for line in log))
 
 
+CSV_FIELDS = ["case", "backend", "us", "tbps", "pct_read", "tflops", "bytes", "flops",
+              "read_ceiling_tbps", "device"]
+
+
+def write_csv(path, rows, ceil, device):
+    """One row per (case, backend) that ran and passed its check."""
+    import csv
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for r in rows:
+            w.writerow([r["case"], r["backend"], "%.3f" % r["us"], "%.4f" % r["tbps"],
+                        "%.2f" % r["pct"], "%.2f" % r["tflops"], r["bytes"], r["flops"],
+                        "%.4f" % ceil["read_tbps"], device])
+
+
+def list_cases(cases, l2_bytes=50 * 2**20):
+    """The cases with their bytes, FLOPs and what a run allocates: the copies rotated (for an
+    L2 of l2_bytes, the H100's 50 MB by default) and those copies' pools and queries."""
+    print("%-44s %5s %4s %5s %8s %9s %8s %7s %9s"
+          % ("case", "h_q", "s_q", "B", "max L", "MB", "GFLOP", "copies", "pools GB"))
+    for name, heads, s_q, lengths, page in cases:
+        nbytes, flops = counts(heads, s_q, lengths)
+        copies = max(1, -(-10 * l2_bytes // nbytes))
+        pool = sum(-(-L // page) for L in lengths) * page * BYTES_PER_TOKEN
+        gb = copies * (pool + len(lengths) * s_q * heads * D_QK * 2) / 1e9
+        print("%-44s %5d %4d %5d %8d %9.1f %8.1f %7d %9.2f"
+              % (name, heads, s_q, len(lengths), max(lengths), nbytes / 1e6, flops / 1e9, copies, gb))
+    print(f"{len(cases)} cases")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--md", default="", help="the table as Markdown")
-    ap.add_argument("--csv", default="", help="the table as CSV")
+    ap.add_argument("--csv", default="", help="the table as CSV (one row per case and backend)")
     ap.add_argument("--backends", default="fa3,fa2", help="FlashInfer MLA backends to try")
+    ap.add_argument("--cases", default=ch11_cases.CASES_FILE, help="the case file (bench_ch11's)")
+    ap.add_argument("--only", default="", help="run only the cases whose name holds this text")
+    ap.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
     args = ap.parse_args(argv)
+    cases, _ = ch11_cases.read(args.cases)
+    cases = [c for c in cases if args.only in c[0]]
+    if not cases:
+        print(f"no case of {args.cases} holds '{args.only}'")
+        return 1
+    if args.list:
+        list_cases(cases)
+        return 0
     try:
         import torch
         import flashinfer as fi
@@ -175,20 +203,15 @@ def main(argv=None):
     device = torch.cuda.get_device_name(0)
     timer = bt.Timer(torch)
     ceil = bt.measure_ceilings(torch, timer, 4 * 2**30)
-    print(f"{device}: read ceiling {ceil['read_tbps']:.2f} TB/s", flush=True)
+    print(f"{device}: read ceiling {ceil['read_tbps']:.2f} TB/s, {len(cases)} cases", flush=True)
     rows, log = [], []
-    for case in CASES:
-        best = run_case(torch, fi, timer, ceil, case, args.backends.split(","), log)
-        if best:
-            rows.append(best)
+    for case in cases:
+        rows += run_case(torch, fi, timer, ceil, case, args.backends.split(","), log)
+        torch.cuda.empty_cache()
         if args.md:
             write_md(args.md, rows, ceil, device, log)
-    if args.csv:
-        with open(args.csv, "w") as f:
-            f.write("case,backend,us,tbps,pct_read,tflops,device\n")
-            for r in rows:
-                f.write('"%s",%s,%.3f,%.4f,%.2f,%.2f,"%s"\n'
-                        % (r["case"], r["backend"], r["us"], r["tbps"], r["pct"], r["tflops"], device))
+        if args.csv:
+            write_csv(args.csv, rows, ceil, device)
     return 1 if "FAILED" in log else 0
 
 
