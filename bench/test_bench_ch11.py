@@ -183,3 +183,36 @@ def test_both_backends_reach_the_comparison(tmp_path):
     assert "## Cases not in the case file" in text and "| B, with a comma | 10.0 |" in text
     assert "FA2 / ours 2.00, FA3 / ours 0.50" in text
     assert "Without a time in one of the runs: B; B, with a comma." in text
+
+
+def test_flashinfer_main_writes_every_backend_row(tmp_path, monkeypatch):
+    """main()'s loop and outputs, with stand-ins for torch, flashinfer, the timer and
+    run_case (the GPU parts): every case of --only, both backends, in the CSV and the table."""
+    import types
+    bench = load("bench_flashinfer_mla")
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_available=lambda: True, get_device_name=lambda i: "Fake GPU", empty_cache=lambda: None))
+    fake_fi = types.ModuleType("flashinfer")
+    fake_fi.mla = types.ModuleType("flashinfer.mla")
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setitem(sys.modules, "flashinfer", fake_fi)
+    monkeypatch.setitem(sys.modules, "flashinfer.mla", fake_fi.mla)
+    monkeypatch.setattr(bench.bt, "Timer", lambda torch: None)
+    monkeypatch.setattr(bench.bt, "measure_ceilings",
+                        lambda torch, timer, n: {"read_tbps": 3.0, "read_how": "fake"})
+    seen = []
+
+    def fake_run_case(torch, fi, timer, ceil, case, backends, log):
+        seen.append((case[0], tuple(backends)))
+        return [dict(case=case[0], backend=b, us=10.0 * (i + 1), tbps=1.0, pct=33.3, tflops=5.0,
+                     bytes=1, flops=2) for i, b in enumerate(backends)]
+    monkeypatch.setattr(bench, "run_case", fake_run_case)
+    fi_csv, md = tmp_path / "fi.csv", tmp_path / "fi.md"
+    assert bench.main(["--csv", str(fi_csv), "--md", str(md), "--only", "Hq 16, B 16"]) == 0
+    names = [n for n, _ in seen]
+    assert names == [f"Hq 16, B 16, L {L}" for L in (1024, 4096, 8192, 32768, 65536)]
+    assert all(b == ("fa3", "fa2") for _, b in seen)
+    with open(fi_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10 and {r["backend"] for r in rows} == {"fa2", "fa3"}
+    assert rows[0]["device"] == "Fake GPU" and md.read_text().count("| Hq 16, B 16, L ") == 10
