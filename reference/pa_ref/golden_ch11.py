@@ -195,3 +195,153 @@ def chapter_11(out_dir):
         for block_size in (16, 32, 64):
             write_writer_case(out_dir, dtype, block_size)
         write_naive_case(out_dir, dtype)
+    chapter_11_fp8(out_dir)
+
+
+# ---- The fp8 latent cache ----------------------------------------------------------------
+#
+# fp8_mla_<dtype>_h<H>_bs<BS>_<tag>/ (the absorbed decode over an fp8 latent pool):
+#   q, block_table, seq_lens, query_start_loc, scale as the mla_ cases;
+#   latent_pool    uint8   [num_blocks, BS, 656]  rows written by mla.reshape_and_cache_latent_fp8;
+#                                                 0xFF in every slot no sequence holds (e4m3 NaN,
+#                                                 NaN scales, NaN RoPE part)
+#   expected       float64 [T, H, 512]  paged_mla_decode over the DEQUANTIZED pool
+#                                       (mla.dequantize_latent_fp8): the kernel's contract
+#   expected_16bit float64 [T, H, 512]  paged_mla_decode over the 16-bit rows before
+#                                       quantization: what fp8 costs, within FP8_ATOL, FP8_RTOL
+# fp8_writer_<dtype>_bs<BS>/: c_kv, k_rope, slot_mapping as writer_ (c_kv tiles at magnitudes
+#   2^-8 .. 2^8, and zero tiles), expected uint8 [num_blocks, BS, 656] (0xFF untouched).
+#
+# The bound on |out - expected_16bit| <= FP8_ATOL + FP8_RTOL * |expected_16bit|: chapter 6's,
+# restated for per-tile scales.
+# - Each c_kv value is stored to within 2^-4 of itself (e4m3 keeps 3 mantissa bits: half an
+#   ulp is 2^-4 of the value): its tile's scale maps the tile's amax to 448, so nothing
+#   saturates, and every value above amax * 2^-6 / 448 (2^-6: e4m3's smallest normal) is a
+#   normal number. Below that (N(0,1) tiles: |x| < about 1e-4), the error is at most
+#   2^-10 * scale = amax / 458,752: negligible. Per-tile scales make this hold for every
+#   tile whatever its magnitude (chapter 6's one scale a pool cannot: a small tile beside a
+#   large one falls into the subnormals). The RoPE part (64 of the 576 score columns) is
+#   exact.
+# - V's error reaches the output as sum_t p_t dv_t: one token and the output is that token's
+#   value, within 2^-4 of itself: FP8_RTOL. Many tokens average the errors out.
+# - K's error moves a score by scale * q . dk over the 512 latent columns: for N(0,1) q and
+#   c_kv, each |dk| about 0.027 (chapter 6's typical error), so ds ~ N(0, (0.027^2 * 512) /
+#   192), sd 0.044, up to about 0.15 over a few hundred tokens. An output moves by about
+#   max |ds_t - ds_u| * sum_t p_t |v_t - out|, and the scores of MLA are wider than chapter 6's
+#   (576 columns at 1 / sqrt(192): sd 1.7), so a few tokens dominate and sum_t p_t |v_t - out|
+#   is near 1: about 0.3 at worst, and V's error on top. Hence FP8_ATOL = 3 * 2^-3 = 0.375
+#   (chapter 6's is 2^-3: its scores are narrower).
+# The margins, measured on the cases below (reference/tests/test_golden_ch11.py holds them):
+# the exact answer over the dequantized cache uses at most 0.46 of the bound (the 64-head,
+# 4-token case; the others 0.29 to 0.33, largest error 0.20); a kernel that forgets the tile
+# scales exceeds it about 1,200 times.
+FP8_ATOL, FP8_RTOL = 0.375, 2.0**-4
+
+
+@dataclass(frozen=True)
+class Fp8Case:
+    name: str
+    dtype: str
+    heads: int
+    block_size: int
+    seq_lens: tuple
+    new_lens: tuple
+    note: str
+    chunk_tokens: int = 0
+    grid: int = 0
+
+    @property
+    def num_blocks(self):
+        return sum(blocks_for(n, self.block_size) for n in self.seq_lens) + 3
+
+
+F = Fp8Case
+
+CH11_FP8 = [
+    F("fp8_mla_fp16_h16_bs16_edges", "fp16", 16, 16, (1, 15, 16, 17, 40, 65), (1, 1, 1, 1, 1, 1),
+      "fp8 latent: one token, both sides of a block edge, a 64-row stage edge"),
+    F("fp8_mla_bf16_h16_bs64_mtp", "bf16", 16, 64, (2, 63, 64, 65, 130), (2, 2, 1, 2, 2),
+      "fp8 latent, bf16 queries and RoPE part, 64-token blocks, two new tokens at block edges"),
+    F("fp8_mla_fp16_h64_bs32_s4", "fp16", 64, 32, (4, 31, 33, 100), (4, 3, 4, 4),
+      "fp8 latent, 64 heads, up to 4 new tokens"),
+    F("fp8_mla_bf16_h128_bs64_s1", "bf16", 128, 64, (1, 64, 200), (1, 1, 1),
+      "fp8 latent, 128 heads: two 64-row tiles a decode"),
+    F("fp8_mla_fp16_h16_bs32_some_idle", "fp16", 16, 32, (10, 20, 5, 33), (0, 1, 0, 3),
+      "fp8 latent, sequences with no new token beside ones with 1 and 3"),
+    F("fp8_mla_bf16_h16_bs64_long", "bf16", 16, 64, (1000, 3), (2, 1),
+      "fp8 latent, a long sequence beside a short one, split across a small grid", grid=8),
+    F("fp8_mla_fp16_h64_bs16_split", "fp16", 64, 16, (300, 129, 65), (1, 4, 2),
+      "fp8 latent, forced splits of 64 tokens", chunk_tokens=64),
+]
+
+
+def fp8_latent_pool_for(rng, case_seqs, block_size, num_blocks, dtype):
+    """As latent_pool_for, in fp8 bytes: (block_table, pool uint8 [num_blocks, BS, 656],
+    16-bit pool float64 [num_blocks, BS, 576] of the same rows before quantization).
+    Every 7th token's tile 1 is all zeros (the scale-1 tile)."""
+    needed = [blocks_for(n, block_size) for n in case_seqs]
+    width = max(1, max(needed) + 1)
+    ids = rng.permutation(num_blocks)
+    table = np.full((len(case_seqs), width), -1, dtype=np.int32)
+    pool = np.full((num_blocks, block_size, mla.FP8_ROW_BYTES), 0xFF, dtype=np.uint8)
+    pool16 = np.full((num_blocks, block_size, WIDTH), np.nan)
+    at = 0
+    for b, n in enumerate(case_seqs):
+        table[b, :needed[b]] = ids[at:at + needed[b]]
+        at += needed[b]
+        c_kv = round_to(rng.standard_normal((n, mla.D_C)), dtype)
+        c_kv[::7, mla.FP8_TILE:2 * mla.FP8_TILE] = 0.0
+        k_rope = round_to(rng.standard_normal((n, mla.D_ROPE)), dtype)
+        slots = [int(table[b, p // block_size]) * block_size + p % block_size for p in range(n)]
+        mla.reshape_and_cache_latent_fp8(c_kv, k_rope, pool, slots, dtype)
+        mla.reshape_and_cache_latent(c_kv, k_rope, pool16, slots)
+    return table, pool, pool16
+
+
+def write_fp8_case(out_dir, case):
+    rng = np.random.default_rng(case_seed(case.name))
+    table, pool, pool16 = fp8_latent_pool_for(rng, case.seq_lens, case.block_size, case.num_blocks, case.dtype)
+    qsl = np.concatenate([[0], np.cumsum(case.new_lens)]).astype(np.int32)
+    q = round_to(rng.standard_normal((int(qsl[-1]), case.heads, WIDTH)), case.dtype)
+    deq = mla.dequantize_latent_fp8(pool, case.dtype)
+    expected = mla.paged_mla_decode(q, deq, table, case.seq_lens, qsl, SCALE, mla.D_C)
+    expected16 = mla.paged_mla_decode(q, pool16, table, case.seq_lens, qsl, SCALE, mla.D_C)
+    write_case(out_dir / case.name, {
+        "q": q.astype(np.float32), "latent_pool": pool, "block_table": table,
+        "seq_lens": np.array(case.seq_lens, dtype=np.int32), "query_start_loc": qsl,
+        "scale": np.array(SCALE), "expected": expected, "expected_16bit": expected16,
+    }, {"dtype": case.dtype, "heads": case.heads, "block_size": case.block_size,
+        "chunk_tokens": case.chunk_tokens, "grid": case.grid, "fp8_atol": FP8_ATOL, "fp8_rtol": FP8_RTOL,
+        "note": case.note})
+
+
+def write_fp8_writer_case(out_dir, dtype, block_size):
+    name = f"fp8_writer_{dtype}_bs{block_size}"
+    rng = np.random.default_rng(case_seed(name))
+    num_blocks = 4
+    last = num_blocks * block_size - 1
+    inner = 1 + rng.permutation(last - 1)[:2 * block_size + 1]
+    slots = np.concatenate([[0, last], inner]).astype(np.int64)
+    slots[[5, 9]] = -1
+    n = len(slots)
+    # Tiles of very different magnitudes (a scale each), and all-zero tiles (scale 1).
+    magnitude = 2.0 ** rng.integers(-8, 9, size=(n, mla.FP8_SCALES))
+    c_kv = rng.standard_normal((n, mla.D_C)) * np.repeat(magnitude, mla.FP8_TILE, axis=1)
+    c_kv[3, :mla.FP8_TILE] = 0.0
+    c_kv[::4, 3 * mla.FP8_TILE:] = 0.0
+    c_kv = round_to(c_kv, dtype)
+    k_rope = round_to(rng.standard_normal((n, mla.D_ROPE)), dtype)
+    expected = np.full((num_blocks, block_size, mla.FP8_ROW_BYTES), 0xFF, dtype=np.uint8)
+    mla.reshape_and_cache_latent_fp8(c_kv, k_rope, expected, slots, dtype)
+    write_case(out_dir / name, {
+        "c_kv": c_kv.astype(np.float32), "k_rope": k_rope.astype(np.float32), "slot_mapping": slots,
+        "expected": expected,
+    }, {"dtype": dtype, "block_size": block_size, "num_blocks": num_blocks})
+
+
+def chapter_11_fp8(out_dir):
+    for case in CH11_FP8:
+        write_fp8_case(out_dir, case)
+    for dtype in ("fp16", "bf16"):
+        for block_size in (16, 64):
+            write_fp8_writer_case(out_dir, dtype, block_size)

@@ -179,3 +179,91 @@ def flops_per_token(num_query_rows, d_c=D_C, d_rope=D_ROPE):
     """Multiply-adds x 2 that one cached token costs a decode step: QK over d_c + d_r, PV over d_c,
     for every query row (heads x new tokens)."""
     return 2 * num_query_rows * ((d_c + d_rope) + d_c)
+
+
+# ---- The fp8 latent cache --------------------------------------------------------------
+#
+# A row of FP8_ROW_BYTES = 656 bytes a token (DeepSeek-V3.2's format, as FlashMLA's FP8
+# cache stores it):
+#
+#     bytes 0 .. 511     c_kv as e4m3, value c of tile t = c // 128 being
+#                        e4m3(saturate(float32(c_kv[c]) / scale[t])), round to nearest even
+#     bytes 512 .. 527   scale[0 .. 3], float32 (little-endian): scale[t] = float32(amax of
+#                        tile t) / 448 in float32, or 1 for a tile whose quotient is 0 (all zeros)
+#     bytes 528 .. 655   k_rope, 64 values in the query's 16-bit type (fp16 or bf16)
+#
+# Pool: uint8 [num_blocks, block_size, 656]. Chapter 6's quantizer (fp8.quantize_e4m3) does
+# each value, so the bytes are bit-exact with the kernel's __nv_cvt_float_to_fp8.
+
+FP8_TILE = 128                                        # c_kv values that share one scale
+FP8_SCALES = D_C // FP8_TILE                          # 4
+FP8_SCALES_AT = D_C                                   # byte offset of the scales: 512
+FP8_ROPE_AT = D_C + 4 * FP8_SCALES                    # byte offset of k_rope: 528
+FP8_ROW_BYTES = FP8_ROPE_AT + 2 * D_ROPE              # 656
+
+
+def _sixteen_bit(dtype_name):
+    import ml_dtypes
+    if dtype_name == "fp16":
+        return np.dtype("<f2")
+    if dtype_name == "bf16":
+        return np.dtype(ml_dtypes.bfloat16)
+    raise ValueError(f"the fp8 latent row keeps k_rope in fp16 or bf16, not {dtype_name!r}")
+
+
+def fp8_tile_scales(c_kv):
+    """float32 [n, 4]: each 128-value tile's amax / 448 in float32 (1 where that is 0)."""
+    from .fp8 import E4M3_MAX
+    c = np.asarray(c_kv, dtype=np.float32)
+    amax = np.abs(c).reshape(len(c), FP8_SCALES, FP8_TILE).max(axis=2)
+    scale = amax / np.float32(E4M3_MAX)
+    return np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+
+
+def quantize_latent_fp8(c_kv, k_rope, dtype_name):
+    """Token rows [c_kv | k_rope] (values exact in dtype_name) -> uint8 [n, 656]."""
+    from .fp8 import quantize_e4m3
+    c_kv, k_rope = np.asarray(c_kv, np.float64), np.asarray(k_rope, np.float64)
+    if c_kv.shape[1:] != (D_C,) or k_rope.shape != (len(c_kv), D_ROPE):
+        raise ValueError(f"c_kv {c_kv.shape} and k_rope {k_rope.shape} are not [n, {D_C}] and [n, {D_ROPE}]")
+    n = len(c_kv)
+    scales = fp8_tile_scales(c_kv)
+    rows = np.zeros((n, FP8_ROW_BYTES), dtype=np.uint8)
+    for t in range(FP8_SCALES):
+        tile = slice(t * FP8_TILE, (t + 1) * FP8_TILE)
+        for i in range(n):
+            rows[i, tile] = quantize_e4m3(c_kv[i, tile], scales[i, t])
+    rows[:, FP8_SCALES_AT:FP8_ROPE_AT] = scales.astype("<f4").view(np.uint8).reshape(n, 4 * FP8_SCALES)
+    rows[:, FP8_ROPE_AT:] = k_rope.astype(_sixteen_bit(dtype_name)).view(np.uint8).reshape(n, 2 * D_ROPE)
+    return rows
+
+
+def dequantize_latent_fp8(rows, dtype_name):
+    """uint8 [..., 656] -> float64 [..., 576]: e4m3 value x its tile's scale, exactly (float64),
+    and the RoPE part as stored. NaN bytes (unwritten slots) give NaN."""
+    import ml_dtypes
+    rows = np.asarray(rows, dtype=np.uint8)
+    lead = rows.shape[:-1]
+    flat = rows.reshape(-1, FP8_ROW_BYTES)
+    values = flat[:, :D_C].view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    scales = np.ascontiguousarray(flat[:, FP8_SCALES_AT:FP8_ROPE_AT]).view("<f4").astype(np.float64)
+    c_kv = values * np.repeat(scales, FP8_TILE, axis=1)
+    rope = np.ascontiguousarray(flat[:, FP8_ROPE_AT:]).view(_sixteen_bit(dtype_name)).astype(np.float64)
+    return np.concatenate([c_kv, rope], axis=1).reshape(*lead, D_C + D_ROPE)
+
+
+def reshape_and_cache_latent_fp8(c_kv, k_rope, pool_bytes, slot_mapping, dtype_name):
+    """The quantizing writer: token i's row (quantize_latent_fp8) to slot slot_mapping[i] of
+    pool_bytes (uint8 [num_blocks, block_size, 656]); slots < 0 are padding, skipped."""
+    num_blocks, block_size, width = pool_bytes.shape
+    if width != FP8_ROW_BYTES:
+        raise ValueError(f"an fp8 latent row is {FP8_ROW_BYTES} bytes, the pool's are {width}")
+    rows = quantize_latent_fp8(c_kv, k_rope, dtype_name)
+    flat = pool_bytes.reshape(num_blocks * block_size, width)
+    for i, slot in enumerate(np.asarray(slot_mapping, dtype=np.int64)):
+        if slot < 0:
+            continue
+        if slot >= num_blocks * block_size:
+            raise ValueError(f"slot_mapping[{i}] = {slot} is outside the pool of {num_blocks} x {block_size}")
+        flat[slot] = rows[i]
+    return pool_bytes

@@ -1,5 +1,6 @@
 """Chapter 11's golden cases are what the C++ tests assume they are."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -64,3 +65,56 @@ def test_first_keys_cases(cases, name):
             np.testing.assert_array_equal(got[rows], full[rows])
         elif qsl[b + 1] > qsl[b]:
             assert not np.allclose(got[rows], full[rows]), "the cut changes nothing: a test that cannot fail"
+
+
+# ---- The fp8 latent cache ----------------------------------------------------------------
+
+def test_fp8_row_is_656_bytes_and_round_trips_within_2_to_the_minus_4():
+    rng = np.random.default_rng(11)
+    c_kv = g11.round_to(rng.standard_normal((5, mla.D_C)) * 2.0 ** rng.integers(-8, 9, (5, 1)), "bf16")
+    c_kv[2, 128:256] = 0.0
+    k_rope = g11.round_to(rng.standard_normal((5, mla.D_ROPE)), "bf16")
+    rows = mla.quantize_latent_fp8(c_kv, k_rope, "bf16")
+    assert rows.shape == (5, 656) == (5, mla.mla_fp8_bytes_per_token())
+    back = mla.dequantize_latent_fp8(rows, "bf16")
+    assert (back[:, mla.D_C:] == k_rope).all(), "the RoPE part is kept exactly"
+    scales = rows[:, 512:528].copy().view("<f4")
+    assert scales[2, 1] == 1.0, "a zero tile's scale is 1"
+    assert (back[2, 128:256] == 0).all()
+    err = np.abs(back[:, :mla.D_C] - c_kv)
+    tile_amax = np.repeat(np.abs(c_kv).reshape(5, 4, 128).max(axis=2), 128, axis=1)
+    assert (err <= 2.0**-4 * np.abs(c_kv) + 2.0**-10 * tile_amax / 448 * 1.0001).all()
+    # the tile's largest value maps to (about) 448: the whole e4m3 range is used
+    big = np.abs(rows[:, :mla.D_C].view(ml_dtypes.float8_e4m3fn).astype(np.float64)).reshape(5, 4, 128).max(axis=2)
+    assert (big[np.abs(c_kv).reshape(5, 4, 128).max(axis=2) > 0] == 448).all()
+
+
+@pytest.mark.parametrize("case", g11.CH11_FP8, ids=lambda c: c.name)
+def test_fp8_decode_cases_and_their_bound(cases, case):
+    a = load(cases / case.name)
+    assert a["latent_pool"].dtype == np.uint8 and a["latent_pool"].shape[2] == 656
+    assert np.isfinite(a["expected"]).all() and np.isfinite(a["expected_16bit"]).all()
+    bound = g11.FP8_ATOL + g11.FP8_RTOL * np.abs(a["expected_16bit"])
+    used = np.abs(a["expected"] - a["expected_16bit"]) / bound
+    assert used.max() < 0.5, f"the honest answer uses {used.max():.2f} of the fp8 bound"
+    # A kernel that forgets the tile scales (e4m3 values read as they are) exceeds it.
+    pool = a["latent_pool"].copy()
+    pool.reshape(-1, 656)[:, 512:528] = np.tile(np.array([1.0], "<f4").view(np.uint8), 4)
+    table, qsl = a["block_table"], a["query_start_loc"]
+    wrong = mla.paged_mla_decode(a["q"], mla.dequantize_latent_fp8(pool, case.dtype), table, case.seq_lens, qsl,
+                                 g11.SCALE, mla.D_C)
+    assert (np.abs(wrong - a["expected_16bit"]) / bound).max() > 2
+
+
+def test_fp8_writer_cases(cases):
+    for dtype in ("fp16", "bf16"):
+        for bs in (16, 64):
+            a = load(cases / f"fp8_writer_{dtype}_bs{bs}")
+            slots = a["slot_mapping"]
+            flat = a["expected"].reshape(-1, 656)
+            written = sorted(int(s) for s in slots if s >= 0)
+            assert len(set(written)) == len(written) and 0 in written and len(flat) - 1 in written
+            untouched = [i for i in range(len(flat)) if i not in set(written)]
+            assert (flat[untouched] == 0xFF).all()
+            scales = flat[written, 512:528].copy().view("<f4")
+            assert (scales == 1.0).any() and scales.max() / scales.min() > 2**8  # zero tiles, wide range
