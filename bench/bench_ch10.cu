@@ -153,6 +153,17 @@ std::vector<Case> ragged_cases() {
   };
 }
 
+// MQA (32 query heads on one KV head), ragged: the shape of MLA decode, narrower (issue 28
+// asks it to be at least FlashInfer's best decode wrapper).
+std::vector<Case> mqa_ragged_cases() {
+  return {
+      Case{"32/1 ragged 1x32768+63x256", 32, 1, 128, cat({32768}, repeat(63, 256)), repeat(64, 1),
+           Kind::decode},
+      Case{"32/1 ragged 128 log-uniform 64..8192", 32, 1, 128, log_uniform_lengths(128, 64, 8192),
+           repeat(128, 1), Kind::decode},
+  };
+}
+
 Case with_fp8(Case c) {
   c.name += " e4m3";
   c.fp8 = true;
@@ -170,6 +181,7 @@ std::vector<Case> all_cases() {
   cases.push_back(uniform(32, 8, 32, 4096, 64, 1, " D64"));
   cases.push_back(uniform(32, 8, 32, 4096, 256, 1, " D256"));
   for (const Case& c : ragged_cases()) cases.push_back(c);
+  for (const Case& c : mqa_ragged_cases()) cases.push_back(c);
   for (const Case& c : standard) cases.push_back(with_fp8(c));
   for (const Case& c : ragged_cases()) cases.push_back(with_fp8(c));
   for (int n : {4, 8}) cases.push_back(uniform(32, 8, 64, 4096, 128, n, " n=" + std::to_string(n)));

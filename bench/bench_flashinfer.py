@@ -195,6 +195,14 @@ def ragged_cases():
     ]
 
 
+def mqa_ragged_cases():
+    """MQA (32 query heads on one KV head), ragged: bench_ch10.cu's mqa_ragged_cases."""
+    return [
+        Case("decode", "32/1 ragged 1x32768+63x256", 32, 1, [32768] + [256] * 63, [1] * 64),
+        Case("decode", "32/1 ragged 128 log-uniform 64..8192", 32, 1, log_uniform_lengths(128, 64, 8192), [1] * 128),
+    ]
+
+
 STANDARD = [(32, 8, 32, 4096), (32, 8, 8, 32768), (32, 8, 128, 1024), (32, 32, 32, 4096), (32, 8, 64, 32)]
 CHUNKS = [512, 1024, 2048, 4096]
 CONTEXTS = [0, 4096, 16384, 32768]
@@ -231,6 +239,7 @@ def all_cases(part="all"):
     decode += [uniform(64, 8, 32, 4096), uniform(32, 1, 32, 4096)]
     decode += [uniform(32, 8, 32, 4096, d=64, suffix=" D64"), uniform(32, 8, 32, 4096, d=256, suffix=" D256")]
     decode += ragged_cases()
+    decode += mqa_ragged_cases()
     decode += [uniform(*s).with_fp8() for s in STANDARD] + [c.with_fp8() for c in ragged_cases()]
     prefill = [uniform(32, 8, 64, 4096, part="prefill", n=n, suffix=" n=%d" % n) for n in (4, 8)]
     prefill += [
@@ -824,7 +833,7 @@ def self_test():
     ok(
         "%d decode, %d prefill, %d flex cases"
         % tuple(len(all_cases(p)) for p in ("decode", "prefill", "flex")),
-        [len(all_cases(p)) for p in ("decode", "prefill", "flex")] == [20, 20, 5],
+        [len(all_cases(p)) for p in ("decode", "prefill", "flex")] == [22, 20, 5],
     )
     ch09 = {  # bench/results/ch09-fast-decode.csv: bytes of the fp16 and fp8 rows
         "32/8/32/4096": ("5.37395e+08", "2.6896e+08"),
@@ -1030,6 +1039,7 @@ def main(argv=None):
         "--no-prebuild", action="store_true", help="let FlashInfer build each module at first use"
     )
     ap.add_argument("--self-test", action="store_true", help="check the logic, on any machine")
+    ap.add_argument("--only", default="", help="TEXT[,TEXT...]: the cases whose names contain one (bench_ch10's)")
     args = ap.parse_args(argv)
     if args.self_test:
         return self_test()
@@ -1042,6 +1052,8 @@ def main(argv=None):
         write_skipped("CUDA is not available to torch %s" % torch.__version__, args.csv, args.md)
         return 0
     cases = all_cases(args.part)
+    if args.only:
+        cases = [c for c in cases if any(t in c.name for t in args.only.split(","))]
     try:
         import flashinfer as fi
     except Exception as e:  # noqa: BLE001 - not installed (tools/fetch_flashinfer.sh), or broken
