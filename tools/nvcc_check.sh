@@ -25,7 +25,13 @@ for f in solutions/*/*.cu chapters/*/*.cu tests/emu/test_semantics.cu; do
     [ -e "$f" ] && files+=("$f")
 done
 jobs=$(nproc 2>/dev/null || echo 2)
-for i in "${!files[@]}"; do
+# Started the later chapters first (their kernels, chapter 9's above all, compile longest),
+# so that no long compile runs alone at the end while the other cores wait.
+start_order=$(for i in "${!files[@]}"; do
+    n=$(sed -nE 's|^[a-z]+/([0-9][0-9])-.*|\1|p' <<<"${files[$i]}")
+    echo "${n:-00} $i"
+done | sort -k1,1r -k2,2n -s | cut -d' ' -f2)
+for i in $start_order; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     check_one "${files[$i]}" "$out" "$i" &
 done

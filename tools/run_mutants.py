@@ -9,10 +9,13 @@ not only fail but NAME the cause (which line, which race, which sequence or elem
     python3 tools/run_mutants.py --suite exercise # tests/exercise_mutants/: wrong answers to
                                                   # the exercises, which the tests must kill
 
-It copies the repository once into build/mutants/tree (without build/, .venv, .git),
-configures one build directory per mode there (build/mutants/build-plain, -check), and for
-each mutant: applies it (the `find` text must occur exactly once), rebuilds only that
-chapter's solution test, runs it with a timeout, and restores the file. A mutant passes
+It copies the repository into build/mutants/tree (without build/, .venv, .git), configures
+one build directory per mode there (build/mutants/build-plain, -check), and for each mutant:
+applies it (the `find` text must occur exactly once), rebuilds only that chapter's solution
+test, runs it with a timeout, and restores the file. With --jobs N (default: the number of
+cores) N workers do this side by side, each with its own copy and builds (worker k > 0:
+tree-k, build-plain-k, ...), each taking whole chapters, so that it builds only the
+chapters it runs; the lines and the table come out in the same order as with one. A mutant passes
 when the test fails (CAUGHT) and every `expect` regex matches its output (NAMED). The log of
 each run is kept in build/mutants/logs/NAME.log. The file format is in tests/mutants/README.md.
 
@@ -32,7 +35,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,6 +216,8 @@ def run_test(binary, mut, timeout, tool=None, fail_fast=False):
         env["PA_EMU_SCHEDULE"] = mut["schedule"].strip()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
+    with LIVE_LOCK:
+        LIVE.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out.decode(errors="replace"), False
@@ -218,6 +225,176 @@ def run_test(binary, mut, timeout, tool=None, fail_fast=False):
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         return None, out.decode(errors="replace"), True
+    finally:
+        with LIVE_LOCK:
+            LIVE.discard(proc)
+
+
+def worker_dir(name, k):
+    """Worker k's scratch copy or build directory. Worker 0 keeps the one-worker names
+    (tree, build-plain, build-check), so an earlier --jobs 1 run's builds serve it."""
+    return name if k == 0 else f"{name}-{k}"
+
+
+# The test processes running now (each in its own session), killed if the run is interrupted.
+LIVE = set()
+LIVE_LOCK = threading.Lock()
+
+
+def run_one(m, tree, bdir, args, build_jobs):
+    """Plants m in tree, rebuilds its chapter's test in bdir, runs it, restores the file.
+    Returns the result tuple of the table and the mutant's line."""
+    target = f"test_ch{m['chapter']}_solution"
+    log = m["log"]
+    start = time.time()
+    status, out, timed_out, caught, missing = "", "", False, False, []
+    with planted(tree, m):
+        rc, bout = build(bdir, target, build_jobs)
+        if rc != 0:
+            status = "BUILD FAILED"
+            out = bout
+        else:
+            # First up to the first failing test (--gtest_fail_fast): most mutants are
+            # caught and named there. Only when that output does not match every
+            # `expect` do all the filter's tests run, as before.
+            code, out, timed_out = run_test(bdir / target, m, args.timeout, fail_fast=True)
+            caught = timed_out or code != 0
+            missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
+            if caught and missing and not timed_out:
+                code, out, timed_out = run_test(bdir / target, m, args.timeout)
+                caught = timed_out or code != 0
+                missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
+    secs = time.time() - start
+    named = not missing and not status
+    ok = caught and named
+    # Pending: caught, but naming awaits a feature (checked mode, better messages). It
+    # fails only under --strict; an uncaught mutant or a broken one always fails.
+    pending = bool(m.get("pending_now")) and caught and not named and not status
+    if not status:
+        status = ("ok" if ok else "not caught" if not caught else
+                  f"pending: {m['pending_now']}" if pending else "not named")
+        if ok and m.get("pending"):
+            status += " (named now: drop its `pending:` line)"
+    if timed_out:
+        status += f" (timed out after {args.timeout}s)"
+    log.write_text(f"mutant {m['name']} ({m['file']}), mode {m['ran_as']}, "
+                   f"test {target} filter {m.get('filter', '*')}\nwhy: {m['why']}\n"
+                   + "".join(f"expect NOT matched: {rx}\n" for rx in missing)
+                   + "-" * 60 + "\n" + out)
+    if args.record and m["suite"] == "kernel" and not status.startswith("BUILD"):
+        record(Path(args.record), m, out, tree)
+    mark = "yes" if caught else "NO"
+    line = (f"   {m['name']:34} {m['ran_as']:5}  caught {mark:3}  named {'yes' if named else 'NO':3}"
+            f"  {secs:6.1f}s  {status}")
+    return (m, caught, named, secs, status, missing, pending), line
+
+
+class Pool:
+    """Workers, each with its own scratch copy (trees[k]) and build directories, take whole
+    (mode, chapter) groups of mutants: first a group whose test the worker has built before
+    (in an earlier run or step), else the largest left. Results come back by mutant index."""
+
+    def __init__(self, groups, args, python, work, logs, trees, build_jobs):
+        self.left = dict(groups)
+        self.args, self.python, self.work, self.logs = args, python, work, logs
+        self.trees, self.build_jobs = trees, build_jobs
+        self.cond = threading.Condition()
+        self.done = {}  # mutant index -> (result, lines to print)
+        self.alive = 0
+        self.stop = False
+        self.error = None
+
+    def take(self, k):
+        if self.stop or not self.left:
+            return None
+        def built(key):
+            mode, chapter = key
+            return (self.work / worker_dir(f"build-{mode}", k) / f"test_ch{chapter}_solution").is_file()
+        mine = [key for key in self.left if built(key)]
+        key = min(mine or self.left, key=lambda key: (-len(self.left[key]), key))
+        return key, self.left.pop(key)
+
+    def worker(self, k):
+        tree, configured = self.trees[k], set()
+        try:
+            while True:
+                with self.cond:
+                    got = self.take(k)
+                if got is None:
+                    return
+                (mode, chapter), group = got
+                bdir = self.work / worker_dir(f"build-{mode}", k)
+                if mode not in configured:
+                    configure(tree, bdir, mode, self.python, self.args.opt,
+                              self.logs / f"configure-{worker_dir(mode, k)}.log")
+                    configured.add(mode)
+                # The chapter's test once, unmutated: it must build, and afterwards each
+                # mutant rebuilds only what its file touches (plus what the last revert did).
+                target = f"test_ch{chapter}_solution"
+                t_build = time.time()
+                rc, out = build(bdir, target, self.build_jobs)
+                if rc != 0:
+                    log = self.logs / f"build-{worker_dir(mode, k)}.log"
+                    log.write_text(out)
+                    raise SystemExit(f"run_mutants: the UNMUTATED solutions do not build ({mode}, "
+                                     f"{target}; log: {log})\n{out[-3000:]}")
+                who = f" (worker {k})" if len(self.trees) > 1 else ""
+                lines = [f"   {mode} build of {target}{who}: {time.time() - t_build:.0f}s"]
+                for m in group:
+                    if self.stop:
+                        return
+                    result, line = run_one(m, tree, bdir, self.args, self.build_jobs)
+                    with self.cond:
+                        self.done[m["index"]] = (result, lines + [line])
+                        self.cond.notify_all()
+                    lines = []
+        except SystemExit as e:
+            self.fail(str(e.code))
+        except BaseException:
+            self.fail(f"run_mutants: worker {k} crashed:\n{traceback.format_exc()}")
+        finally:
+            with self.cond:
+                self.alive -= 1
+                self.cond.notify_all()
+
+    def fail(self, message):
+        with self.cond:
+            if self.error is None:
+                self.error = message
+            self.stop = True
+            self.cond.notify_all()
+
+    def run(self, order):
+        """Starts the workers, prints each mutant's line in order as soon as it and every one
+        before it are done, and returns the results in that order."""
+        threads = [threading.Thread(target=self.worker, args=(k,), daemon=True)
+                   for k in range(len(self.trees))]
+        self.alive = len(threads)
+        for t in threads:
+            t.start()
+        results, nxt = [], 0
+        with self.cond:
+            while nxt < len(order):
+                if nxt in self.done:
+                    result, lines = self.done.pop(nxt)
+                    print("\n".join(lines), flush=True)
+                    results.append(result)
+                    nxt += 1
+                elif self.alive == 0:
+                    break
+                else:
+                    self.cond.wait(timeout=1.0)
+        for t in threads:
+            t.join()
+        return results
+
+    def stop_all(self):
+        with self.cond:
+            self.stop = True
+        with LIVE_LOCK:
+            for proc in LIVE:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
 
 def main():
@@ -230,7 +407,8 @@ def main():
                     help="run every selected mutant in this mode (default: each mutant's own)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per test run (default 300)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
-                    help="build parallelism (default: the number of cores)")
+                    help="workers, each with its own scratch copy and builds, dealt whole "
+                         "chapters (default: the number of cores; with --gpu: build parallelism)")
     ap.add_argument("--opt", default="-O1",
                     help="optimisation flags of the mutant builds (default -O1; applies when "
                          "build/mutants/build-MODE is first configured)")
@@ -288,14 +466,11 @@ def main():
     python = args.python or str(ROOT / ".venv" / "bin" / "python")
     if not Path(python).exists():
         python = shutil.which("python3") or "python3"
-    tree, logs = work / "tree", work / "logs"
+    logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    copied, removed = sync_tree(tree)
-    print(f"== mutant suite ({', '.join(suites)}): {len(mutants)} mutants; scratch copy {tree.relative_to(ROOT)} "
-          f"({copied} files updated, {removed} removed)")
 
-    check_ok = checked_mode_available(tree)
+    check_ok = checked_mode_available(ROOT)
     for m in mutants:
         m["log"] = logs / ("exercise" if m["suite"] == "exercise" else "") / f"{m['name']}.log"
         m["log"].parent.mkdir(parents=True, exist_ok=True)
@@ -307,6 +482,26 @@ def main():
             m["pending_now"] = "a `mode: check` mutant forced to plain mode"
         elif m.get("pending"):
             m["pending_now"] = m["pending"].strip()
+
+    # The work, dealt by chapter: each (mode, chapter) group goes to one worker, which has its
+    # own scratch copy and build directories; so a worker builds only the chapters it runs,
+    # and a chapter's mutants (mostly of a few files) rebuild incrementally. Chapter order:
+    # the lines are printed in it, whichever worker ran each mutant.
+    order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
+    groups = {}
+    for i, m in enumerate(order):
+        m["index"] = i
+        groups.setdefault((m["ran_as"], m["chapter"]), []).append(m)
+    n_workers = max(1, min(args.jobs, len(groups)))
+    trees = [work / worker_dir("tree", k) for k in range(n_workers)]
+    synced = [sync_tree(t) for t in trees]
+    tree = trees[0]
+    copied, removed = synced[0]
+    print(f"== mutant suite ({', '.join(suites)}): {len(mutants)} mutants; scratch copy {tree.relative_to(ROOT)} "
+          f"({copied} files updated, {removed} removed)")
+    if n_workers > 1:
+        print(f"   {n_workers} workers, each with its own scratch copy and builds (also "
+              f"{', '.join(str(t.relative_to(ROOT)) for t in trees[1:])})", flush=True)
     if not check_ok and any(m["mode"] == "check" and not args.mode for m in mutants):
         print("   note: this emulator has no checked mode (-DPA_EMU_CHECK) yet; `mode: check`"
               " mutants run in plain mode, and their racecheck/memcheck/initcheck lines cannot match")
@@ -321,70 +516,17 @@ def main():
             sys.exit(f"run_mutants: {m['name']}: `find` occurs {n} times in {m['file']} "
                      f"(it must occur exactly once); the solution changed, update the mutant")
 
-    build_dirs = {}
-    for mode in sorted({m["ran_as"] for m in mutants}):
-        build_dirs[mode] = work / f"build-{mode}"
-        configure(tree, build_dirs[mode], mode, python, args.opt, logs / f"configure-{mode}.log")
-
-    # Build every test this run needs once, unmutated: it must build, and afterwards each
-    # mutant rebuilds only what its file touches (plus what the previous revert touched).
-    for mode, bdir in build_dirs.items():
-        targets = sorted({f"test_ch{m['chapter']}_solution" for m in mutants if m["ran_as"] == mode})
-        t_build = time.time()
-        rc, out = build(bdir, targets, args.jobs)
-        if rc != 0:
-            (logs / f"build-{mode}.log").write_text(out)
-            sys.exit(f"run_mutants: the UNMUTATED solutions do not build ({mode}; log: "
-                     f"{logs / f'build-{mode}.log'})\n{out[-3000:]}")
-        print(f"   {mode} build of {' '.join(targets)}: {time.time() - t_build:.0f}s", flush=True)
-
-    results = []
-    # Chapter order: a chapter's rebuild reuses what the previous mutant left built.
-    for m in sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"])):
-        bdir = build_dirs[m["ran_as"]]
-        target = f"test_ch{m['chapter']}_solution"
-        log = m["log"]
-        start = time.time()
-        status, out, timed_out, caught, missing = "", "", False, False, []
-        with planted(tree, m):
-            rc, bout = build(bdir, target, args.jobs)
-            if rc != 0:
-                status = "BUILD FAILED"
-                out = bout
-            else:
-                # First up to the first failing test (--gtest_fail_fast): most mutants are
-                # caught and named there. Only when that output does not match every
-                # `expect` do all the filter's tests run, as before.
-                code, out, timed_out = run_test(bdir / target, m, args.timeout, fail_fast=True)
-                caught = timed_out or code != 0
-                missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
-                if caught and missing and not timed_out:
-                    code, out, timed_out = run_test(bdir / target, m, args.timeout)
-                    caught = timed_out or code != 0
-                    missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
-        secs = time.time() - start
-        named = not missing and not status
-        ok = caught and named
-        # Pending: caught, but naming awaits a feature (checked mode, better messages). It
-        # fails only under --strict; an uncaught mutant or a broken one always fails.
-        pending = bool(m.get("pending_now")) and caught and not named and not status
-        if not status:
-            status = ("ok" if ok else "not caught" if not caught else
-                      f"pending: {m['pending_now']}" if pending else "not named")
-            if ok and m.get("pending"):
-                status += " (named now: drop its `pending:` line)"
-        if timed_out:
-            status += f" (timed out after {args.timeout}s)"
-        log.write_text(f"mutant {m['name']} ({m['file']}), mode {m['ran_as']}, "
-                       f"test {target} filter {m.get('filter', '*')}\nwhy: {m['why']}\n"
-                       + "".join(f"expect NOT matched: {rx}\n" for rx in missing)
-                       + "-" * 60 + "\n" + out)
-        results.append((m, caught, named, secs, status, missing, pending))
-        if args.record and m["suite"] == "kernel" and not status.startswith("BUILD"):
-            record(Path(args.record), m, out, tree)
-        mark = "yes" if caught else "NO"
-        print(f"   {m['name']:34} {m['ran_as']:5}  caught {mark:3}  named {'yes' if named else 'NO':3}"
-              f"  {secs:6.1f}s  {status}", flush=True)
+    # Each worker's builds may use every core: while several build at once the cores are
+    # shared; the last one left at the end has them all.
+    build_jobs = os.cpu_count() or 2
+    pool = Pool(groups, args, python, work, logs, trees, build_jobs)
+    try:
+        results = pool.run(order)
+    except KeyboardInterrupt:
+        pool.stop_all()
+        raise
+    if pool.error:
+        sys.exit(pool.error)
 
     print("\n== Mutant suite")
     print(f"   {'mutant':34} {'mode':5}  {'caught':6}  {'named':7}  {'seconds':>7}")

@@ -1,0 +1,146 @@
+"""Tests for the worker pool of tools/run_mutants.py (make ci's mutant suites).
+Run: .venv/bin/python -m pytest tools/
+
+The builds and test runs are faked (no compiler): each fake build records which worker's
+build directory built which target, each fake test run fails (the mutant is killed) unless
+the mutant is named "*-survives". What is checked: every mutant runs exactly once, in the
+tree of the worker that built its chapter; a worker builds only the chapters it was dealt;
+the lines come out in chapter order whatever the timing; a failed unmutated build stops
+the run with its message.
+"""
+
+import random
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TOOLS))
+import run_mutants  # noqa: E402
+
+
+def mutant(name, chapter, tmp):
+    return {"name": name, "chapter": "%02d" % chapter, "suite": "exercise", "mode": "plain",
+            "ran_as": "plain", "file": "f.cu", "find": "good", "replace": "bad",
+            "expect": ["killed"], "why": "a test", "log": tmp / "logs" / f"{name}.log"}
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """Fake configure/build/run_test; returns the calls recorded."""
+    calls = {"built": [], "ran": [], "configured": []}
+    lock = threading.Lock()
+    (tmp_path / "logs").mkdir()
+    fail_build = set()
+
+    def configure(tree, build_dir, mode, python, opt, log):
+        with lock:
+            calls["configured"].append(build_dir.name)
+        build_dir.mkdir(parents=True, exist_ok=True)
+
+    def build(build_dir, target, jobs):
+        time.sleep(random.uniform(0, 0.01))
+        if (build_dir.name, target) in fail_build:
+            return 1, "error: it does not compile"
+        (build_dir / target).write_text("binary")
+        with lock:
+            calls["built"].append((build_dir.name, target))
+        return 0, ""
+
+    def run_test(binary, m, timeout, tool=None, fail_fast=False):
+        time.sleep(random.uniform(0, 0.01))
+        tree_file = (binary.parent.parent / run_mutants.worker_dir(
+            "tree", int(binary.parent.name.rsplit("-", 1)[1]) if binary.parent.name.count("-") == 2
+            else 0) / "f.cu").read_text()
+        with lock:
+            calls["ran"].append((m["name"], binary.parent.name, binary.name, tree_file))
+        if m["name"].endswith("-survives"):
+            return 0, "all pass", False
+        return 1, "killed", False
+
+    monkeypatch.setattr(run_mutants, "configure", configure)
+    monkeypatch.setattr(run_mutants, "build", build)
+    monkeypatch.setattr(run_mutants, "run_test", run_test)
+    calls["fail_build"] = fail_build
+    return tmp_path, calls
+
+
+def make_pool(tmp, mutants, jobs):
+    order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
+    groups = {}
+    for i, m in enumerate(order):
+        m["index"] = i
+        groups.setdefault((m["ran_as"], m["chapter"]), []).append(m)
+    trees = []
+    for k in range(min(jobs, len(groups))):
+        t = tmp / run_mutants.worker_dir("tree", k)
+        t.mkdir()
+        (t / "f.cu").write_text("good")
+        trees.append(t)
+    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None)
+    return run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", trees, 2), order
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_every_mutant_once_in_order_each_worker_builds_only_its_chapters(fake, capsys, jobs):
+    tmp, calls = fake
+    mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2, 3, 4) for i in range(c + 2)]
+    mutants.append(mutant("02-z-survives", 2, tmp))
+    random.shuffle(mutants)
+    pool, order = make_pool(tmp, mutants, jobs)
+    results = pool.run(order)
+    assert pool.error is None
+    assert [r[0]["name"] for r in results] == [m["name"] for m in order]
+    killed = {r[0]["name"]: r[1] for r in results}
+    assert killed["02-z-survives"] is False
+    assert sum(killed.values()) == len(mutants) - 1
+    # Each mutant ran once, planted in its worker's tree, against that worker's build.
+    assert sorted(r[0] for r in calls["ran"]) == sorted(m["name"] for m in mutants)
+    assert all(tree_text == "bad" for *_, tree_text in calls["ran"])
+    for k in range(len(pool.trees)):
+        assert (pool.trees[k] / "f.cu").read_text() == "good"  # restored
+    # A chapter's test is built in one worker's build dir only (dealt whole).
+    dirs_of = {}
+    for bdir, target in calls["built"]:
+        dirs_of.setdefault(target, set()).add(bdir)
+    assert all(len(d) == 1 for d in dirs_of.values()), dirs_of
+    for name, bdir, target, _ in calls["ran"]:
+        assert dirs_of[target] == {bdir}
+    assert len({bdir for bdir, _ in calls["built"]}) == min(jobs, 4)
+    # The printed lines: one build line per chapter, before its first mutant, then the
+    # mutants in chapter order.
+    out = capsys.readouterr().out.splitlines()
+    names = [l.split()[0] for l in out if not l.startswith("   plain build of")]
+    assert names == [m["name"] for m in order]
+    for c in (1, 2, 3, 4):
+        first = next(i for i, l in enumerate(out) if l.split()[0].startswith(f"{c:02d}-"))
+        assert out[first - 1].startswith(f"   plain build of test_ch{c:02d}_solution")
+
+
+def test_a_worker_prefers_chapters_it_built_before(fake):
+    tmp, calls = fake
+    mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2) for i in range(3)]
+    pool, order = make_pool(tmp, mutants, 2)
+    # Worker 1 built chapter 1 in an earlier step, worker 0 chapter 2.
+    (tmp / "build-plain-1").mkdir()
+    (tmp / "build-plain-1" / "test_ch01_solution").write_text("old")
+    (tmp / "build-plain").mkdir()
+    (tmp / "build-plain" / "test_ch02_solution").write_text("old")
+    pool.run(order)
+    assert set(calls["built"]) == {("build-plain", "test_ch02_solution"),
+                                   ("build-plain-1", "test_ch01_solution")}
+
+
+def test_an_unmutated_build_failure_stops_the_run(fake):
+    tmp, calls = fake
+    mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2) for i in range(3)]
+    calls["fail_build"].add(("build-plain", "test_ch01_solution"))
+    calls["fail_build"].add(("build-plain-1", "test_ch01_solution"))
+    pool, order = make_pool(tmp, mutants, 2)
+    results = pool.run(order)
+    assert pool.error and "UNMUTATED" in pool.error and "test_ch01_solution" in pool.error
+    assert len(results) < len(mutants)
