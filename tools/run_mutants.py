@@ -230,6 +230,22 @@ def run_test(binary, mut, timeout, tool=None, fail_fast=False):
             LIVE.discard(proc)
 
 
+def deal_groups(order):
+    """The units of work: the plain mutants of one chapter each, and all `check` mutants
+    together (few; one ThreadSanitizer build in one worker rather than one in each).
+    Returns {(mode, chapter or "all"): [mutants in order]}; sets each mutant's index."""
+    groups = {}
+    for i, m in enumerate(order):
+        m["index"] = i
+        key = (m["ran_as"], m["chapter"] if m["ran_as"] == "plain" else "all")
+        groups.setdefault(key, []).append(m)
+    return groups
+
+
+def targets_of(group):
+    return sorted({f"test_ch{m['chapter']}_solution" for m in group})
+
+
 def worker_dir(name, k):
     """Worker k's scratch copy or build directory. Worker 0 keeps the one-worker names
     (tree, build-plain, build-check), so an earlier --jobs 1 run's builds serve it."""
@@ -308,8 +324,8 @@ class Pool:
         if self.stop or not self.left:
             return None
         def built(key):
-            mode, chapter = key
-            return (self.work / worker_dir(f"build-{mode}", k) / f"test_ch{chapter}_solution").is_file()
+            bdir = self.work / worker_dir(f"build-{key[0]}", k)
+            return all((bdir / t).is_file() for t in targets_of(self.left[key]))
         mine = [key for key in self.left if built(key)]
         key = min(mine or self.left, key=lambda key: (-len(self.left[key]), key))
         return key, self.left.pop(key)
@@ -322,24 +338,24 @@ class Pool:
                     got = self.take(k)
                 if got is None:
                     return
-                (mode, chapter), group = got
+                (mode, _), group = got
                 bdir = self.work / worker_dir(f"build-{mode}", k)
                 if mode not in configured:
                     configure(tree, bdir, mode, self.python, self.args.opt,
                               self.logs / f"configure-{worker_dir(mode, k)}.log")
                     configured.add(mode)
-                # The chapter's test once, unmutated: it must build, and afterwards each
+                # The group's tests once, unmutated: they must build, and afterwards each
                 # mutant rebuilds only what its file touches (plus what the last revert did).
-                target = f"test_ch{chapter}_solution"
+                targets = targets_of(group)
                 t_build = time.time()
-                rc, out = build(bdir, target, self.build_jobs)
+                rc, out = build(bdir, targets, self.build_jobs)
                 if rc != 0:
                     log = self.logs / f"build-{worker_dir(mode, k)}.log"
                     log.write_text(out)
                     raise SystemExit(f"run_mutants: the UNMUTATED solutions do not build ({mode}, "
-                                     f"{target}; log: {log})\n{out[-3000:]}")
+                                     f"{' '.join(targets)}; log: {log})\n{out[-3000:]}")
                 who = f" (worker {k})" if len(self.trees) > 1 else ""
-                lines = [f"   {mode} build of {target}{who}: {time.time() - t_build:.0f}s"]
+                lines = [f"   {mode} build of {' '.join(targets)}{who}: {time.time() - t_build:.0f}s"]
                 for m in group:
                     if self.stop:
                         return
@@ -488,10 +504,7 @@ def main():
     # and a chapter's mutants (mostly of a few files) rebuild incrementally. Chapter order:
     # the lines are printed in it, whichever worker ran each mutant.
     order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
-    groups = {}
-    for i, m in enumerate(order):
-        m["index"] = i
-        groups.setdefault((m["ran_as"], m["chapter"]), []).append(m)
+    groups = deal_groups(order)
     n_workers = max(1, min(args.jobs, len(groups)))
     trees = [work / worker_dir("tree", k) for k in range(n_workers)]
     synced = [sync_tree(t) for t in trees]

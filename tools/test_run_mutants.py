@@ -42,13 +42,15 @@ def fake(tmp_path, monkeypatch):
             calls["configured"].append(build_dir.name)
         build_dir.mkdir(parents=True, exist_ok=True)
 
-    def build(build_dir, target, jobs):
+    def build(build_dir, targets, jobs):
         time.sleep(random.uniform(0, 0.01))
-        if (build_dir.name, target) in fail_build:
+        targets = [targets] if isinstance(targets, str) else targets
+        if any((build_dir.name, t) in fail_build for t in targets):
             return 1, "error: it does not compile"
-        (build_dir / target).write_text("binary")
-        with lock:
-            calls["built"].append((build_dir.name, target))
+        for t in targets:
+            (build_dir / t).write_text("binary")
+            with lock:
+                calls["built"].append((build_dir.name, t))
         return 0, ""
 
     def run_test(binary, m, timeout, tool=None, fail_fast=False):
@@ -71,10 +73,7 @@ def fake(tmp_path, monkeypatch):
 
 def make_pool(tmp, mutants, jobs):
     order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
-    groups = {}
-    for i, m in enumerate(order):
-        m["index"] = i
-        groups.setdefault((m["ran_as"], m["chapter"]), []).append(m)
+    groups = run_mutants.deal_groups(order)
     trees = []
     for k in range(min(jobs, len(groups))):
         t = tmp / run_mutants.worker_dir("tree", k)
@@ -119,6 +118,22 @@ def test_every_mutant_once_in_order_each_worker_builds_only_its_chapters(fake, c
     for c in (1, 2, 3, 4):
         first = next(i for i, l in enumerate(out) if l.split()[0].startswith(f"{c:02d}-"))
         assert out[first - 1].startswith(f"   plain build of test_ch{c:02d}_solution")
+
+
+def test_check_mode_mutants_go_to_one_worker_in_one_build(fake, capsys):
+    tmp, calls = fake
+    mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2, 3) for i in range(2)]
+    for c in (1, 2, 4):
+        m = mutant(f"{c:02d}-race", c, tmp)
+        m["ran_as"] = "check"
+        mutants.append(m)
+    pool, order = make_pool(tmp, mutants, 2)
+    results = pool.run(order)
+    assert [r[0]["name"] for r in results] == [m["name"] for m in order]
+    check_dirs = {bdir for bdir, _ in calls["built"] if bdir.startswith("build-check")}
+    assert len(check_dirs) == 1
+    out = capsys.readouterr().out
+    assert "   check build of test_ch01_solution test_ch02_solution test_ch04_solution" in out
 
 
 def test_a_worker_prefers_chapters_it_built_before(fake):
