@@ -37,6 +37,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fp8.cuh"                // chapter 6: e4m3x8_to_float (the fp8 latent cache)
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "pa/async_copy.h"
 #include "pa/ch11_mla.h"
@@ -65,12 +66,28 @@ constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;    // 
 static_assert(kSmemBytes <= 227 * 1024, "one thread block fits an H100 SM's shared memory");
 static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
 
+// ANCHOR: fp8_design
+// The fp8 latent cache (mla_decode_kernel<T, true>): the same kernel on 16-bit rows that it
+// converts itself, a stage at a time. Its ring is one stage deep: ring slot 0 holds the
+// stage's rows in 16 bits (the 16-bit kernel's layout, through chunk_at), and the first
+// 41,984 bytes of slot 1 hold the next stage's raw fp8 rows (64 x 656 bytes, unswizzled).
+// A stage: wait for its raw rows; every thread converts its share into slot 0 (e4m3 ->
+// float, times the tile's scale, -> T; the RoPE part copied); a barrier; the cp.async of the
+// next raw stage starts, and the scores, softmax and P V run as in the 16-bit kernel. The
+// bytes a stage needs, Q + 16-bit stage + raw stage + P + maxima, are 198,656; the kernel asks
+// for the 16-bit kernel's 230,400 (the split merge uses Q and the ring as scratch, and one
+// thread block an SM either way).
+constexpr size_t kRawBytes = size_t(kStageTokens) * kFp8RowBytes;  // 41,984
+static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
+constexpr int kRawChunks = kFp8RowBytes / 16;                      // 41 chunks of 16 bytes a row
+// ANCHOR_END: fp8_design
+
 // Everything a launch passes to the kernel.
 template <typename T>
 struct MlaArgs {
   T* out;                    // [num_tokens, h_q, 512]
   const T* q;                // [num_tokens, h_q, 576]
-  const T* latent_pool;      // [num_blocks, block_size, 576]
+  const T* latent_pool;      // [num_blocks, block_size, 576]   (16-bit kernel)
   const int *block_table, *seq_lens, *query_start_loc;
   const ch10::WorkItem* items;  // item k of thread block c at [k * gridDim.x + c]
   int rounds;                   // the most items of any thread block
@@ -78,6 +95,7 @@ struct MlaArgs {
   int* counters;                               // split tiles' tickets (left at zero)
   float scale;
   int num_q_heads, block_size, max_blocks_per_seq;
+  const uint8_t* latent_fp8 = nullptr;  // [num_blocks, block_size, 656 bytes] (fp8 kernel)
 };
 
 // ANCHOR: chunk_at
@@ -99,7 +117,7 @@ __device__ inline int lane_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) 
 __device__ inline int lane_half(int lane) { return lane >> 4; }
 
 // One work item (see ch10::WorkItem). Every thread of the block calls it with the same item.
-template <typename T>
+template <typename T, bool kFp8 = false>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
   T* qs = reinterpret_cast<T*>(smem);                                          // [64][72 chunks]
   T* ring = reinterpret_cast<T*>(smem + kQBytes);                              // [2][64][72 chunks]
@@ -153,6 +171,45 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     }
   };
   static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
+  // The fp8 kernel: the raw stage (ring slot 1), copied and converted by the same 4 threads a
+  // row. A row past the chunk is zeros (e4m3 0 times scale 0: 0).
+  unsigned char* raw = smem + kQBytes + kStageBytes;
+  auto copy_raw = [&](const uint8_t* src, bool valid) {
+    unsigned char* dst = raw + my_row * kFp8RowBytes;
+#pragma unroll
+    for (int c = my_chunk; c < kRawChunks; c += 4) {
+      if (valid) cp_async16(dst + 16 * c, src + 16 * c);
+      else *reinterpret_cast<uint4*>(dst + 16 * c) = zero;
+    }
+  };
+  // Row my_row of the raw stage into ring slot 0 in 16 bits: 16 e4m3 values (chunks 2 j and
+  // 2 j + 1 of the 16-bit row) for j = my_chunk + 4 k < 32, then the RoPE part's chunk j - 32.
+  auto convert_raw = [&] {
+    const unsigned char* src = raw + my_row * kFp8RowBytes;
+    const float* scales = reinterpret_cast<const float*>(src + kFp8ScalesAt);
+#pragma unroll
+    for (int k = 0; k < (kLatentDim / 16 + kRopeDim / 8) / 4; ++k) {
+      const int j = my_chunk + 4 * k;
+      if (j < kLatentDim / 16) {
+        const uint4 b = *reinterpret_cast<const uint4*>(src + 16 * j);
+        const float sc = scales[j / (kFp8Tile / 16)];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float f[8];
+          ch06::e4m3x8_to_float(h == 0 ? make_uint2(b.x, b.y) : make_uint2(b.z, b.w), f);
+          *reinterpret_cast<uint4*>(chunk_at(ring, kRowChunks, my_row, 2 * j + h)) =
+              make_uint4(pack2<T>(f[0] * sc, f[1] * sc), pack2<T>(f[2] * sc, f[3] * sc),
+                         pack2<T>(f[4] * sc, f[5] * sc), pack2<T>(f[6] * sc, f[7] * sc));
+        }
+      } else {
+        const int c = j - kLatentDim / 16;
+        *reinterpret_cast<uint4*>(chunk_at(ring, kRowChunks, my_row, kLatentDim / 8 + c)) =
+            *reinterpret_cast<const uint4*>(src + kFp8RopeAt + 16 * c);
+      }
+    }
+  };
+  (void)copy_raw;
+  (void)convert_raw;
   // The tile's queries, whole rows (zeros past the tile): committed with stage 0's group.
   {
     const int row = w.row0 + my_row;
@@ -173,8 +230,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     if (st < num_stages) {
       const int tok = w.kv_begin + st * kStageTokens + my_row;
       const int64_t slot = int64_t(next_block) * BS + (tok & (BS - 1));
-      copy_row(ring + (st % kStages) * kStageTokens * kRowWidth, a.latent_pool + slot * kRowWidth,
-               next_block >= 0);
+      if constexpr (kFp8) copy_raw(a.latent_fp8 + slot * kFp8RowBytes, next_block >= 0);
+      else copy_row(ring + (st % kStages) * kStageTokens * kRowWidth, a.latent_pool + slot * kRowWidth,
+                    next_block >= 0);
       next_block = block_of(st + 1);
     }
     cp_async_commit();
@@ -202,11 +260,20 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage
 
   for (int st = 0; st < num_stages; ++st) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage st has landed; everyone is done with stage st - 1 and with P
-    issue(st + kStages - 1);
+    const T* kv = ring;
+    if constexpr (kFp8) {
+      cp_async_wait<0>();
+      __syncthreads();  // raw stage st has landed; everyone is done with slot 0 and with P
+      convert_raw();
+      __syncthreads();  // slot 0 holds stage st in 16 bits; the raw stage is free
+      issue(st + 1);
+    } else {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // stage st has landed; everyone is done with stage st - 1 and with P
+      issue(st + kStages - 1);
+      kv = ring + (st % kStages) * kStageTokens * kRowWidth;
+    }
     const int tok0 = w.kv_begin + st * kStageTokens;
-    const T* kv = ring + (st % kStages) * kStageTokens * kRowWidth;
 
     // ANCHOR: scores
     // sc[mt][j][i]: the score of row row0 + 16 mt + g + 8 (i / 2) against the stage's latent
@@ -362,13 +429,13 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
 // empty place (seq -1). One thread block per SM (225 KB of shared memory).
-template <typename T>
+template <typename T, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];
     if (w.seq < 0) break;
-    attend_item<T>(a, w, smem);
+    attend_item<T, kFp8>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

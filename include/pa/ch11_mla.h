@@ -76,6 +76,39 @@ void reshape_and_cache_latent(const LatentPoolShape& s, const T* c_kv, const T* 
                               cudaStream_t stream = nullptr);
 // ANCHOR_END: writer
 
+// ---- The fp8 latent cache -----------------------------------------------------------------
+
+// ANCHOR: fp8_row
+// A latent row in fp8 (DeepSeek-V3.2's format): 656 bytes a token instead of 1,152.
+//   bytes   0 .. 511   c_kv as e4m3 bytes (chapter 6's quantize_e4m3): value c is
+//                      e4m3(saturate(c_kv[c] / scale[c / 128])), rounded to nearest even
+//   bytes 512 .. 527   scale[0 .. 3], fp32: one per tile of 128 values of c_kv, the tile's
+//                      amax / 448 (in fp32), or 1 for a tile of zeros (amax / 448 == 0)
+//   bytes 528 .. 655   k_rope, 64 values in the query's 16-bit type (half or bf16), as given
+// Pool: [num_blocks, block_size, 656] bytes. The RoPE part stays in 16 bits: it is 64 of
+// the score's 576 columns, carries the position, and costs 128 bytes a token.
+enum class LatentFormat { bits16, fp8_e4m3 };
+inline constexpr int kFp8Tile = 128;                             // c_kv values a scale covers
+inline constexpr int kFp8Scales = kLatentDim / kFp8Tile;          // 4
+inline constexpr int kFp8ScalesAt = kLatentDim;                   // byte 512
+inline constexpr int kFp8RopeAt = kFp8ScalesAt + 4 * kFp8Scales;  // byte 528
+inline constexpr int kFp8RowBytes = kFp8RopeAt + 2 * kRopeDim;    // 656
+static_assert(kFp8RowBytes == 656 && kFp8RowBytes % 16 == 0, "rows of 16-byte chunks");
+
+// Bytes of one fp8 pool: num_blocks * block_size * 656 (64-bit).
+inline int64_t latent_pool_bytes_fp8(const LatentPoolShape& s) {
+  return int64_t(s.num_blocks) * s.block_size * kFp8RowBytes;
+}
+
+// The quantizing writer: as reshape_and_cache_latent (slot_mapping[i] < 0 skipped, no other
+// slot changes), each row written in the fp8 format above. T (half or bf16) is the type of
+// c_kv and k_rope and of the RoPE part stored. Device pointers.
+template <typename T>
+void reshape_and_cache_latent_fp8(const LatentPoolShape& s, const T* c_kv, const T* k_rope,
+                                  int num_tokens, uint8_t* latent_pool, const int64_t* slot_mapping,
+                                  cudaStream_t stream = nullptr);
+// ANCHOR_END: fp8_row
+
 // ---- What a token costs: the memory accounting against chapter 1 ------------------------
 
 // ANCHOR: memory
@@ -92,6 +125,10 @@ struct CacheCost {
 // Bytes one token's latent row costs in one layer: (512 + 64) * dtype_bytes (1,152 in
 // bf16). One row for every head: MLA has no per-head K or V.
 int64_t latent_bytes_per_token_layer(int dtype_bytes = 2);
+
+// The same by format: bits16 -> (512 + 64) * dtype_bytes; fp8_e4m3 -> 656 (512 e4m3 bytes,
+// 4 fp32 scales, the RoPE part in 16 bits; dtype_bytes must then be 2).
+int64_t latent_bytes_per_token_layer(LatentFormat format, int dtype_bytes = 2);
 
 // The bill of the latent cache (num_layers layers of latent rows in dtype_bytes), on the
 // trace, in a budget of budget_bytes. Throws for an empty trace, a non-positive
@@ -125,6 +162,7 @@ struct MlaShape {
   int max_blocks_per_seq;  // the block table's width
   int qk_head_size = kRowWidth;   // q's width: must be 576 (the absorbed query)
   int v_head_size = kLatentDim;   // out's width: must be 512 (the latent-space output)
+  LatentFormat latent = LatentFormat::bits16;  // the pool's rows: 576 values of T, or fp8 (656 bytes)
 };
 // ANCHOR_END: shape
 
@@ -161,6 +199,17 @@ class MlaDecode {
   // head's, 1 / sqrt(d_nope + d_rope) (1 / sqrt(192) for DeepSeek-V3).
   template <typename T>
   void run(T* out, const T* q, const T* latent_pool, const int* block_table, const int* seq_lens,
+           const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
+
+  // The same over an fp8 latent pool [num_blocks, block_size, 656 bytes] (plan() with
+  // s.latent = LatentFormat::fp8_e4m3 and dtype fp16 or bf16: the RoPE part's type). The
+  // kernel dequantizes each stage of rows in shared memory. Throws for a pool of the other
+  // row width than planned ("MlaDecode: planned for a 16-bit latent pool (1152-byte rows),
+  // run with an fp8 one (656-byte rows)", and the other way round); plan() throws for an fp8
+  // pool with queries of another type ("the fp8 latent pool keeps k_rope in the query's
+  // 16-bit type: fp16 or bf16 queries, not fp32").
+  template <typename T>
+  void run(T* out, const T* q, const uint8_t* latent_pool, const int* block_table, const int* seq_lens,
            const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
 
   // Lays out and uploads `plan` (plan() is make_plan, then this). Tests call it with plans

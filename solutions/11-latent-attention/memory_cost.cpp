@@ -9,6 +9,13 @@ int64_t latent_bytes_per_token_layer(int dtype_bytes) {
   return int64_t(kLatentDim + kRopeDim) * dtype_bytes;  // one row, whatever the head count
 }
 
+int64_t latent_bytes_per_token_layer(LatentFormat format, int dtype_bytes) {
+  if (format == LatentFormat::bits16) return latent_bytes_per_token_layer(dtype_bytes);
+  PA_REQUIRE(dtype_bytes == 2, "an fp8 latent row keeps its RoPE part in 16 bits (dtype_bytes 2), got "
+                                   << dtype_bytes);
+  return kFp8RowBytes;  // 512 e4m3 bytes + 4 fp32 scales + 64 16-bit RoPE values: 656
+}
+
 // ANCHOR: latent_cost
 CacheCost latent_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size,
                             int dtype_bytes, int64_t budget_bytes) {

@@ -10,10 +10,11 @@ namespace pa::ch11 {
 
 namespace {
 
-// The kernel for T, its dynamic shared memory opted in (it is above 48 KB).
-template <typename T>
+// The kernel for T (kFp8: over an fp8 latent pool), its dynamic shared memory opted in (it
+// is above 48 KB).
+template <typename T, bool kFp8 = false>
 auto kernel_for() {
-  const auto kernel = mla_decode_kernel<T>;
+  const auto kernel = mla_decode_kernel<T, kFp8>;
   PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
   return kernel;
@@ -37,6 +38,20 @@ void check_dtype(DType dtype) {
              "the MLA decode kernel takes half or bf16 queries, cache and outputs, not " << dtype_name(dtype));
 }
 
+// The fp8 pool's own checks, before the dtype's: its RoPE part is in the query's type.
+void check_latent_format(const MlaShape& s, DType dtype) {
+  if (s.latent == LatentFormat::fp8_e4m3)
+    PA_REQUIRE(dtype == DType::fp16 || dtype == DType::bf16,
+               "the fp8 latent pool keeps k_rope in the query's 16-bit type: fp16 or bf16 queries, not "
+                   << dtype_name(dtype));
+  else
+    PA_REQUIRE(s.latent == LatentFormat::bits16, "unknown LatentFormat " << int(s.latent));
+}
+
+const char* pool_words(LatentFormat f) {
+  return f == LatentFormat::fp8_e4m3 ? "an fp8 latent pool (656-byte rows)" : "a 16-bit latent pool (1152-byte rows)";
+}
+
 }  // namespace
 
 int mla_wave_size(DType dtype) {
@@ -49,6 +64,7 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
                      const std::vector<int>& query_start_loc, int chunk_tokens, int grid,
                      cudaStream_t stream) {
   planned_ = false;
+  check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
   const int g = grid > 0 ? grid : mla_wave_size(dtype);
@@ -59,6 +75,7 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
 
 void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream) {
   planned_ = false;
+  check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_shape(s);
   // The device's layout, chapter 10's: item k of thread block c at [k * grid + c].
@@ -93,6 +110,8 @@ void MlaDecode::run(T* out, const T* q, const T* latent_pool, const int* block_t
   PA_REQUIRE(planned_, "MlaDecode: run() before plan(): plan the step first");
   PA_REQUIRE(dtype_ == dtype_of<T>(), "MlaDecode: planned for " << dtype_name(dtype_) << ", run with "
                                                                 << dtype_name(dtype_of<T>()));
+  PA_REQUIRE(shape_.latent == LatentFormat::bits16, "MlaDecode: planned for " << pool_words(shape_.latent)
+                                                        << ", run with a 16-bit one (1152-byte rows)");
   if (plan_.items.empty()) return;  // no new tokens at all
   const MlaArgs<T> a{out, q, latent_pool, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
                      max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
@@ -100,9 +119,32 @@ void MlaDecode::run(T* out, const T* q, const T* latent_pool, const int* block_t
   pa::launch(kernel_for<T>(), dim3(plan_.grid), dim3(kThreads), kSmemBytes, stream, a);
 }
 
+// ANCHOR: run_fp8
+template <typename T>
+void MlaDecode::run(T* out, const T* q, const uint8_t* latent_pool, const int* block_table,
+                    const int* seq_lens, const int* query_start_loc, float scale,
+                    cudaStream_t stream) {
+  static_assert(std::is_same<T, half>::value || std::is_same<T, bf16>::value,
+                "the fp8 latent pool keeps k_rope in half or bf16, the query's type");
+  PA_REQUIRE(planned_, "MlaDecode: run() before plan(): plan the step first");
+  PA_REQUIRE(dtype_ == dtype_of<T>(), "MlaDecode: planned for " << dtype_name(dtype_) << ", run with "
+                                                                << dtype_name(dtype_of<T>()));
+  PA_REQUIRE(shape_.latent == LatentFormat::fp8_e4m3, "MlaDecode: planned for " << pool_words(shape_.latent)
+                                                          << ", run with an fp8 one (656-byte rows)");
+  if (plan_.items.empty()) return;
+  MlaArgs<T> a{out, q, nullptr, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
+               max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
+               shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
+  a.latent_fp8 = latent_pool;
+  pa::launch(kernel_for<T, true>(), dim3(plan_.grid), dim3(kThreads), kSmemBytes, stream, a);
+}
+// ANCHOR_END: run_fp8
+
 #define PA_INSTANTIATE(T)                                                                     \
   template void MlaDecode::run<T>(T*, const T*, const T*, const int*, const int*, const int*, \
-                                  float, cudaStream_t);
+                                  float, cudaStream_t);                                       \
+  template void MlaDecode::run<T>(T*, const T*, const uint8_t*, const int*, const int*,       \
+                                  const int*, float, cudaStream_t);
 PA_INSTANTIATE(half)
 PA_INSTANTIATE(bf16)
 #undef PA_INSTANTIATE
