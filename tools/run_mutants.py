@@ -29,6 +29,7 @@ Two suites share the format, the runner and the scratch builds:
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -305,30 +306,61 @@ def run_one(m, tree, bdir, args, build_jobs):
     return (m, caught, named, secs, status, missing, pending), line
 
 
-class Pool:
-    """Workers, each with its own scratch copy (trees[k]) and build directories, take whole
-    (mode, chapter) groups of mutants: first a group whose test the worker has built before
-    (in an earlier run or step), else the largest left. Results come back by mutant index."""
+# Seconds a mutant of each chapter takes (rebuild and test run), from `make ci` on 2 cores
+# (2026-11-26: chapters 9 and 10 rebuild kernel files with many instantiations). They only
+# steer the dealing before a run has left its own times (WORK/seconds.json).
+CHAPTER_SECONDS = {"01": 0.9, "02": 0.9, "03": 0.9, "04": 2.1, "05": 2.4, "06": 2.2, "07": 1.1,
+                   "08": 3.4, "09": 20.0, "10": 12.7, "11": 2.2, "12": 1.1}
+# What a worker's first build of a group's tests costs it, in the same units (a guess: it
+# keeps a group with the worker that built it before, unless that would unbalance the deal).
+FIRST_BUILD_SECONDS = 60.0
 
-    def __init__(self, groups, args, python, work, logs, trees, build_jobs):
-        self.left = dict(groups)
+
+class Pool:
+    """Workers, each with its own scratch copy (trees[k]) and build directories, run whole
+    groups of mutants (deal_groups). The groups are dealt before the start, largest first
+    (by the seconds of the last run, else CHAPTER_SECONDS), each to the worker it adds the
+    least to, counting a first build for a worker that has not built its tests before (in
+    an earlier run or step); a worker whose own groups are done takes the largest group
+    another has not started. Results come back by mutant index."""
+
+    def __init__(self, groups, args, python, work, logs, trees, build_jobs, seconds=None):
         self.args, self.python, self.work, self.logs = args, python, work, logs
         self.trees, self.build_jobs = trees, build_jobs
+        self.seconds = seconds or {}
         self.cond = threading.Condition()
         self.done = {}  # mutant index -> (result, lines to print)
         self.alive = 0
         self.stop = False
         self.error = None
+        self.cost = {key: sum(self.seconds.get(m["name"], CHAPTER_SECONDS.get(m["chapter"], 3.0))
+                              for m in group) for key, group in groups.items()}
+        self.groups = groups
+        self.queues = [[] for _ in trees]
+        load = [0.0] * len(trees)
+        for key in sorted(groups, key=lambda key: (-self.cost[key], key)):
+            extra = [self.cost[key] + (0.0 if self.built(k, key) else FIRST_BUILD_SECONDS)
+                     for k in range(len(trees))]
+            k = min(range(len(trees)), key=lambda k: (load[k] + extra[k], k))
+            load[k] += extra[k]
+            self.queues[k].append(key)
+
+    def built(self, k, key):
+        bdir = self.work / worker_dir(f"build-{key[0]}", k)
+        return all((bdir / t).is_file() for t in targets_of(self.groups[key]))
 
     def take(self, k):
-        if self.stop or not self.left:
+        if self.stop:
             return None
-        def built(key):
-            bdir = self.work / worker_dir(f"build-{key[0]}", k)
-            return all((bdir / t).is_file() for t in targets_of(self.left[key]))
-        mine = [key for key in self.left if built(key)]
-        key = min(mine or self.left, key=lambda key: (-len(self.left[key]), key))
-        return key, self.left.pop(key)
+        if not self.queues[k]:  # steal the largest group not yet started
+            left = [(q, key) for q in self.queues for key in q]
+            if not left:
+                return None
+            q, key = min(left, key=lambda qk: (-self.cost[qk[1]], qk[1]))
+            q.remove(key)
+            self.queues[k].append(key)
+        key = self.queues[k].pop(0)
+        return key, self.groups[key]
 
     def worker(self, k):
         tree, configured = self.trees[k], set()
@@ -532,7 +564,12 @@ def main():
     # Each worker's builds may use every core: while several build at once the cores are
     # shared; the last one left at the end has them all.
     build_jobs = os.cpu_count() or 2
-    pool = Pool(groups, args, python, work, logs, trees, build_jobs)
+    times = work / "seconds.json"
+    try:
+        seconds = json.loads(times.read_text())
+    except (OSError, ValueError):
+        seconds = {}
+    pool = Pool(groups, args, python, work, logs, trees, build_jobs, seconds)
     try:
         results = pool.run(order)
     except KeyboardInterrupt:
@@ -540,6 +577,9 @@ def main():
         raise
     if pool.error:
         sys.exit(pool.error)
+    seconds.update({m["name"]: round(secs, 1) for m, _, _, secs, *_ in results})
+    with contextlib.suppress(OSError):
+        times.write_text(json.dumps(seconds, indent=0, sort_keys=True) + "\n")
 
     print("\n== Mutant suite")
     print(f"   {'mutant':34} {'mode':5}  {'caught':6}  {'named':7}  {'seconds':>7}")

@@ -71,7 +71,7 @@ def fake(tmp_path, monkeypatch):
     return tmp_path, calls
 
 
-def make_pool(tmp, mutants, jobs):
+def make_pool(tmp, mutants, jobs, seconds=None):
     order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
     groups = run_mutants.deal_groups(order)
     trees = []
@@ -81,7 +81,7 @@ def make_pool(tmp, mutants, jobs):
         (t / "f.cu").write_text("good")
         trees.append(t)
     args = types.SimpleNamespace(opt="-O1", timeout=10, record=None)
-    return run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", trees, 2), order
+    return run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", trees, 2, seconds), order
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 3])
@@ -139,12 +139,12 @@ def test_check_mode_mutants_go_to_one_worker_in_one_build(fake, capsys):
 def test_a_worker_prefers_chapters_it_built_before(fake):
     tmp, calls = fake
     mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2) for i in range(3)]
-    pool, order = make_pool(tmp, mutants, 2)
     # Worker 1 built chapter 1 in an earlier step, worker 0 chapter 2.
     (tmp / "build-plain-1").mkdir()
     (tmp / "build-plain-1" / "test_ch01_solution").write_text("old")
     (tmp / "build-plain").mkdir()
     (tmp / "build-plain" / "test_ch02_solution").write_text("old")
+    pool, order = make_pool(tmp, mutants, 2)
     pool.run(order)
     assert set(calls["built"]) == {("build-plain", "test_ch02_solution"),
                                    ("build-plain-1", "test_ch01_solution")}
@@ -159,3 +159,21 @@ def test_an_unmutated_build_failure_stops_the_run(fake):
     results = pool.run(order)
     assert pool.error and "UNMUTATED" in pool.error and "test_ch01_solution" in pool.error
     assert len(results) < len(mutants)
+
+
+def test_the_deal_balances_by_seconds_not_by_count():
+    """Chapter 9's few mutants take longest: dealt first, alone, not left to the end."""
+    tmp = Path("/nonexistent")
+    mutants = ([mutant(f"09-m{i}", 9, tmp) for i in range(4)]
+               + [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2, 3) for i in range(20)])
+    order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
+    groups = run_mutants.deal_groups(order)
+    seconds = {m["name"]: (30.0 if m["chapter"] == "09" else 1.0) for m in mutants}
+    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None)
+    pool = run_mutants.Pool(groups, args, "python3", tmp, tmp, [tmp / "t0", tmp / "t1"], 2, seconds)
+    assert pool.queues[0] == [("plain", "09")]
+    assert sorted(pool.queues[1]) == [("plain", "01"), ("plain", "02"), ("plain", "03")]
+    # Worker 0, done with its own, takes the largest group worker 1 has not started.
+    pool.queues[0].clear()
+    assert pool.take(0)[0] == ("plain", "01")
+    assert pool.queues[1] == [("plain", "02"), ("plain", "03")]
