@@ -181,9 +181,33 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       else *reinterpret_cast<uint4*>(dst + 16 * c) = zero;
     }
   };
-  // Row my_row of the raw stage into ring slot 0 in 16 bits: 16 e4m3 values (chunks 2 j and
-  // 2 j + 1 of the 16-bit row) for j = my_chunk + 4 k < 32, then the RoPE part's chunk j - 32.
+  // ANCHOR: fp8_convert
   auto convert_raw = [&] {
+    // TODO(ch11, stretch): the fp8 latent cache (include/pa/ch11_mla.h, "The fp8 latent
+    //   cache"). The raw stage holds this thread's row at raw + my_row * kFp8RowBytes: 656
+    //   bytes (e4m3 c_kv, four fp32 tile scales at byte kFp8ScalesAt, the RoPE part's 64
+    //   values of T at byte kFp8RopeAt). On return, row my_row of ring slot 0 (`ring`, the
+    //   16-bit kernel's layout: chunk c of the row at chunk_at(ring, kRowChunks, my_row, c))
+    //   holds the 576 values of T that row stands for: column c < kLatentDim is byte c's
+    //   e4m3 value times the scale of its tile of kFp8Tile values, in fp32, rounded to T;
+    //   the last kRopeDim columns are the RoPE part exactly as stored. The row's four
+    //   threads (my_chunk 0 .. 3) share its 72 chunks; nothing else in shared memory changes.
+    //   A raw row of zeros (past the chunk's end) gives zeros. Tests: StretchFp8Mla.*,
+    //   StretchFp8MlaSplit.* (the fp8 kernel is this chapter's kernel on the rows you convert).
+    // HINT(1): Chapter 6 converts e4m3 bytes to floats for you (fp8.cuh, e4m3x8_to_float:
+    //   8 bytes in a uint2, exactly), and pack2<T> (include/pa/mma.h) rounds two floats into
+    //   one 32-bit word of T. A 16-byte chunk of the raw row's c_kv is 16 values of one tile
+    //   (16 divides 128): two chunks of the 16-bit row, one scale.
+    // HINT(2): The row's work is 32 pieces of 16 e4m3 bytes (piece j -> 16-bit chunks 2 j and
+    //   2 j + 1, scale scales[j / 8]) and 8 chunks of the RoPE part (16-bit chunk 64 + c from
+    //   raw byte kFp8RopeAt + 16 c): 40 pieces, piece j = my_chunk + 4 k for k < 10.
+    // HINT(3): src = raw + my_row * kFp8RowBytes; scales = (const float*)(src + kFp8ScalesAt);
+    //   for k < 10: j = my_chunk + 4 k; if j < 32: b = *(const uint4*)(src + 16 j), sc =
+    //   scales[j / (kFp8Tile / 16)], and for h = 0, 1: e4m3x8_to_float(h ? {b.z, b.w} :
+    //   {b.x, b.y}, f); *(uint4*)chunk_at(ring, kRowChunks, my_row, 2 j + h) = {pack2<T>(f[0]
+    //   sc, f[1] sc), ..., pack2<T>(f[6] sc, f[7] sc)}; else c = j - 32: *(uint4*)chunk_at(ring,
+    //   kRowChunks, my_row, 64 + c) = *(const uint4*)(src + kFp8RopeAt + 16 c).
+    // BEGIN SOLUTION(ch11, stretch)
     const unsigned char* src = raw + my_row * kFp8RowBytes;
     const float* scales = reinterpret_cast<const float*>(src + kFp8ScalesAt);
 #pragma unroll
@@ -206,7 +230,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
             *reinterpret_cast<const uint4*>(src + kFp8RopeAt + 16 * c);
       }
     }
+    // END SOLUTION
   };
+  // ANCHOR_END: fp8_convert
   (void)copy_raw;
   (void)convert_raw;
   // The tile's queries, whole rows (zeros past the tile): committed with stage 0's group.

@@ -172,17 +172,17 @@ void check_fp8_case(const GoldenCase& c, int chunk, int grid, int want_splits) {
       << ", rtol " << fr << "; derived at the top of this file)";
 }
 
-// Core: one thread block, no tile split.
-class Fp8MlaGolden : public ::testing::TestWithParam<std::string> {};
+// The stretch exercise (the conversion in mla_kernel.cuh): one thread block, no tile split.
+class StretchFp8Mla : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(Fp8MlaGolden, MatchesDequantizedReferenceAndStaysWithinTheBound) {
+TEST_P(StretchFp8Mla, MatchesDequantizedReferenceAndStaysWithinTheBound) {
   const GoldenCase c = golden(GetParam());
   with_dtype(c, [&](auto t) { check_fp8_case<decltype(t)>(c, 0, 1, 1); });
 }
 
 // The fp8 kernel is the 16-bit kernel on the rows it converts: bit for bit the same output
 // as the 16-bit kernel over the pool converted on the host.
-TEST_P(Fp8MlaGolden, EqualsThe16BitKernelOnTheHostDequantizedPool) {
+TEST_P(StretchFp8Mla, EqualsThe16BitKernelOnTheHostDequantizedPool) {
   const GoldenCase c = golden(GetParam());
   with_dtype(c, [&](auto t) {
     using T = decltype(t);
@@ -202,10 +202,10 @@ TEST_P(Fp8MlaGolden, EqualsThe16BitKernelOnTheHostDequantizedPool) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch11, Fp8MlaGolden, ::testing::ValuesIn(golden_case_names("ch11", "fp8_mla_")),
+INSTANTIATE_TEST_SUITE_P(Ch11, StretchFp8Mla, ::testing::ValuesIn(golden_case_names("ch11", "fp8_mla_")),
                          [](const auto& info) { return info.param; });
 
-// Stretch: split tiles merged by log-sum-exp, as StretchMlaSplit.
+// Both stretch exercises: split tiles merged by log-sum-exp, as StretchMlaSplit.
 class StretchFp8MlaSplit : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StretchFp8MlaSplit, AsPlannedAndForcedSplits) {
