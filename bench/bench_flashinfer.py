@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""FlashInfer baselines for chapter 10's varlen paged attention (bench_ch10.cu), on its cases.
+"""FlashInfer baselines for chapter 10's varlen paged attention (bench_ch10.cu), on its cases,
+and for chapter 12's window kernel (bench_ch12.cu) with --part window.
 
     python3 bench/bench_flashinfer.py --csv OUT.csv --md OUT.md [--part all|decode|prefill|flex]
+    python3 bench/bench_flashinfer.py --part window [--no-fa3] --csv OUT.csv --md OUT.md
     python3 bench/bench_flashinfer.py --self-test     # no GPU needed (CPU, or no torch at all)
 
 FlashInfer is flashinfer-python 0.7.2.post1, installed on the GPU machine from the trimmed
@@ -39,6 +41,26 @@ The cases are bench_ch10.cu's (keep the two lists in step; the shape names are t
             definition, so expect a "FAILED"-free skip note instead).
   flex      PyTorch FlexAttention paged decode on the standard shapes, through
             bench_torch.py's bench_flex (page 128), as in torch-baselines.md.
+  window    (not in "all") bench_ch12.cu's cases by its names: decode B 32, 32/8 heads, D 128,
+            fp16 (full 1K context; 32K context with window 1024, sinks off and on; 32K
+            full; 32K window 128, sinks off and on) and a prefill chunk of 2048 over a 32K
+            context, window 1024, sinks off and on. The window as FlashInfer counts it:
+            window_left = window - 1 (the keys left of the query, inclusive); -1 for full.
+            Decodes: BatchDecodeWithPagedKVCacheWrapper, tensor cores; the chunk:
+            BatchPrefillWithPagedKVCacheWrapper, fa2 and fa3 (--no-fa3: fa2 only). Sinks:
+            FlashInfer 0.7.2's run(sinks=...) reaches the kernel only on its trtllm-gen,
+            cuDNN and cute-dsl backends; its fa2/fa3 paged_run (prefill.py,
+            get_batch_prefill_module) drops it. On the H100 the sinks run through its own
+            AttentionSink variant (flashinfer/jit/attention/variants.py, fa2) as jit_args of
+            the same wrappers; a note records what run(sinks=...) does on the plain
+            wrapper (honoured, ignored). A case no kernel runs gets a row "Cases without a
+            FlashInfer time" with the reason. The pool as bench_ch12.cu's: the pages the
+            windows touch plus a null page 0 that every table entry left of the windows
+            names (FlashInfer gets the whole table; window_left makes it skip that part).
+            Bytes: bench_ch12.cu's, the blocks the windows touch (K and V, each KV head)
+            plus q and out, so % of the read ceiling compares. The reference: the window
+            [p - window + 1, p] and the sink as an extra softmax column, float32.
+            bench/compare_ch12.py puts this CSV beside bench_ch12's.
 
 What is reported. Decode-like cases (decode, e4m3, spec-decode, mixed): time, bytes moved
 (K and V of every sequence's whole context, each KV head once, plus q and out: exactly
@@ -234,7 +256,8 @@ def mixed_cases():
 
 
 def all_cases(part="all"):
-    """Every case of bench_ch10.cu, in its order; part picks decode, prefill or flex ones."""
+    """Every case of bench_ch10.cu, in its order; part picks decode, prefill or flex ones (all:
+    the three); window: bench_ch12.cu's cases (window_cases)."""
     decode = [uniform(*s) for s in STANDARD]
     decode += [uniform(64, 8, 32, 4096), uniform(32, 1, 32, 4096)]
     decode += [uniform(32, 8, 32, 4096, d=64, suffix=" D64"), uniform(32, 8, 32, 4096, d=256, suffix=" D256")]
@@ -249,7 +272,65 @@ def all_cases(part="all"):
     ]
     prefill += mixed_cases()
     flex = [uniform(*s, part="flex") for s in STANDARD]
-    return {"decode": decode, "prefill": prefill, "flex": flex, "all": decode + prefill + flex}[part]
+    parts = {"decode": decode, "prefill": prefill, "flex": flex, "all": decode + prefill + flex}
+    parts["window"] = window_cases()  # bench_ch12.cu's, not bench_ch10's: not in "all"
+    return parts[part]
+
+
+# ----------------------------------------------------------------------------- chapter 12's window cases
+
+FI_WINDOW = "FlashInfer decode (tensor cores, window_left)"
+FI_WINDOW_SINKS = "FlashInfer decode (tensor cores, AttentionSink variant)"
+FI_CHUNK_WINDOW = "FlashInfer prefill (fa2, window_left)"
+FI_CHUNK_SINKS = "FlashInfer prefill (fa2, AttentionSink variant)"
+
+
+class WindowCase(Case):
+    """One of bench_ch12.cu's cases: B sequences of `length` tokens (the new ones included),
+    n_new new tokens each, a sliding window (0: full) and per-head sinks on or off."""
+
+    def __init__(self, name, b, length, n_new, window, sinks, hq=32, hkv=8, d=128):
+        super().__init__("window", name, hq, hkv, [length] * b, [n_new] * b, d, kind="window")
+        self.window, self.sinks = window, sinks
+
+    @property
+    def window_left(self):
+        """FlashInfer's window: the keys left of the query it sees (so window - 1); -1: full."""
+        return self.window - 1 if self.window else -1
+
+    def first_key(self):
+        """The first key any new token sees (bench_ch12.cu's first_key)."""
+        l, n = self.seq_lens[0], self.q_lens[0]
+        return max(0, l - n - self.window + 1) if self.window else 0
+
+    def live_blocks(self):
+        """Blocks of a sequence that a window touches: from first_key's block to the end."""
+        return math.ceil(self.seq_lens[0] / PAGE) - self.first_key() // PAGE
+
+    def bytes_moved(self):
+        """bench_ch12.cu's count: K and V of the blocks the windows touch, every KV head, plus
+        q and out (fp16)."""
+        kv = 2.0 * 2.0 * self.b * self.live_blocks() * PAGE * self.hkv * self.d
+        return kv + 2.0 * 2.0 * self.num_tokens * self.hq * self.d
+
+    def sink_values(self):
+        """bench_ch12.cu's sink logits: 0.5 + 0.1 * (h % 7) for query head h."""
+        return [0.5 + 0.1 * (h % 7) for h in range(self.hq)]
+
+
+def window_cases():
+    """bench_ch12.cu's cases, by its names and in its order (keep the two lists in step)."""
+    ch = 32768
+    return [
+        WindowCase("32/8/32 ctx 1024 full", 32, 1024, 1, 0, False),
+        WindowCase("32/8/32 ctx 32768 window 1024", 32, ch, 1, 1024, False),
+        WindowCase("32/8/32 ctx 32768 window 1024 sinks", 32, ch, 1, 1024, True),
+        WindowCase("32/8/32 ctx 32768 full", 32, ch, 1, 0, False),
+        WindowCase("32/8/32 ctx 32768 window 128", 32, ch, 1, 128, False),
+        WindowCase("32/8/32 ctx 32768 window 128 sinks", 32, ch, 1, 128, True),
+        WindowCase("32/8 chunk 2048 ctx 32768 window 1024", 1, ch + 2048, 2048, 1024, False),
+        WindowCase("32/8 chunk 2048 ctx 32768 window 1024 sinks", 1, ch + 2048, 2048, 1024, True),
+    ]
 
 
 # ----------------------------------------------------------------------------- paged data
@@ -336,6 +417,69 @@ class Paged:
         return out[[self.case.qsl[b] + i for b, i in picks]]
 
 
+class WindowPaged(Paged):
+    """A window case's pool, as bench_ch12.cu lays it out: page 0 is the null page (never to
+    be read) and every table entry left of the first key any window sees names it; the pool
+    holds only the null page and the pages the windows touch (randomly permuted). FlashInfer
+    gets the whole table and skips the left part by window_left."""
+
+    def __init__(self, torch, case, copies, seed=7):
+        self.case = case
+        width = math.ceil(case.seq_lens[0] / PAGE)
+        live, first = case.live_blocks(), case.first_key() // PAGE
+        self.num_pages = 1 + case.b * live
+        g = torch.Generator().manual_seed(seed)
+        perm = (1 + torch.randperm(case.b * live, generator=g)).to(torch.int32)
+        self.pages = [
+            torch.cat([torch.zeros(first, dtype=torch.int32), perm[b * live : (b + 1) * live]])
+            for b in range(case.b)
+        ]
+        assert all(len(p) == width for p in self.pages)
+        dev = DEVICE
+        self.kv_indptr = torch.tensor([b * width for b in range(case.b + 1)], dtype=torch.int32, device=dev)
+        self.kv_indices = torch.cat(self.pages).to(dev)
+        self.last_page_len = torch.tensor(
+            [(l - 1) % PAGE + 1 for l in case.seq_lens], dtype=torch.int32, device=dev
+        )
+        self.qo_indptr = torch.tensor(case.qsl, dtype=torch.int32, device=dev)
+        self.kv_dtype = torch.float16
+        shape = (self.num_pages, case.hkv, PAGE, case.d)
+        self.copies = []
+        for c in range(copies):
+            gen = torch.Generator(device=dev).manual_seed(1000 + c)
+            k = torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(torch.float16)
+            v = torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(torch.float16)
+            self.copies.append((k, v))
+        gen = torch.Generator(device=dev).manual_seed(99)
+        self.q = torch.randn(case.num_tokens, case.hq, case.d, generator=gen, device=dev).to(torch.float16)
+        self.k_scale = self.v_scale = 1.0
+        self.sinks = torch.tensor(case.sink_values(), dtype=torch.float32, device=dev) if case.sinks else None
+
+    def reference(self, torch, picks, copy=0, sinks="case"):
+        """float32 attention of the picked rows, [len(picks), Hq, D]: the row at position p sees
+        keys [p - window + 1, p] (all of 0..p if full); with sinks (the case's by default,
+        None for none) sink h joins head h's softmax denominator as exp(sink_h - max)."""
+        case, (kc, vc) = self.case, self.copies[copy]
+        sinks = self.sinks if isinstance(sinks, str) else sinks
+        g = case.hq // case.hkv
+        rows, cache = [], {}
+        for b, i in picks:
+            if b not in cache:
+                cache[b] = (self.dense(torch, kc, b), self.dense(torch, vc, b))
+            k, v = cache[b]
+            pos = case.seq_lens[b] - case.q_lens[b] + i
+            lo = max(0, pos - case.window + 1) if case.window else 0
+            q = self.q[case.qsl[b] + i].float().view(case.hkv, g, case.d)
+            s = torch.einsum("hgd,hkd->hgk", q, k[:, lo : pos + 1]) / math.sqrt(case.d)
+            if sinks is not None:  # a column of sink logits, dropped after the softmax
+                col = sinks.float().to(s.device).view(case.hkv, g, 1)
+                p = torch.softmax(torch.cat([s, col], dim=-1), dim=-1)[..., :-1]
+            else:
+                p = torch.softmax(s, dim=-1)
+            rows.append(torch.einsum("hgk,hkd->hgd", p, v[:, lo : pos + 1]).reshape(case.hq, case.d))
+        return torch.stack(rows)
+
+
 def check(torch, paged, out, what, ref=None, picks=None):
     picks = picks or paged.picks()
     ref = paged.reference(torch, picks) if ref is None else ref
@@ -348,11 +492,16 @@ def check(torch, paged, out, what, ref=None, picks=None):
 # ----------------------------------------------------------------------------- FlashInfer calls
 
 
-def fi_decode(fi, torch, paged, ws, tensor_cores, out=None):
-    """(plan, run) for BatchDecodeWithPagedKVCacheWrapper; run(i) uses copy i % copies."""
+def fi_decode(fi, torch, paged, ws, tensor_cores, out=None, window_left=None, wrapper=None, run_kw=None, extra=()):
+    """(plan, run) for BatchDecodeWithPagedKVCacheWrapper; run(i) uses copy i % copies.
+    window_left (chapter 12's cases): plan()'s sliding window, left keys inclusive (None:
+    not passed). wrapper: a wrapper built elsewhere (a JIT variant's); extra: run()'s
+    positional arguments after the cache (the variant's tensors and scalars); run_kw: more
+    keyword arguments of run()."""
     case = paged.case
-    w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "HND", use_tensor_cores=tensor_cores)
+    w = wrapper or fi.BatchDecodeWithPagedKVCacheWrapper(ws, "HND", use_tensor_cores=tensor_cores)
     out = torch.empty_like(paged.q) if out is None else out
+    win = {} if window_left is None else {"window_left": window_left}
 
     def plan():
         w.plan(
@@ -367,20 +516,25 @@ def fi_decode(fi, torch, paged, ws, tensor_cores, out=None):
             q_data_type=torch.float16,
             kv_data_type=paged.kv_dtype,
             sm_scale=1.0 / math.sqrt(case.d),
+            **win,
         )
 
     kw = {"k_scale": paged.k_scale, "v_scale": paged.v_scale} if case.fp8 else {}
+    kw.update(run_kw or {})
 
     def run(i):
         k, v = paged.copies[i % len(paged.copies)]
-        return w.run(paged.q, (k, v), out=out, **kw)
+        return w.run(paged.q, (k, v), *extra, out=out, **kw)
 
     return plan, run
 
 
-def fi_prefill(fi, torch, paged, ws, backend, seqs=None, q=None, out=None):
+def fi_prefill(
+    fi, torch, paged, ws, backend, seqs=None, q=None, out=None, window_left=None, wrapper=None, run_kw=None, extra=()
+):
     """(plan, run) for BatchPrefillWithPagedKVCacheWrapper over sequences `seqs` (all by
-    default), causal (bottom-right: FlashInfer aligns the new tokens to the end of the KV)."""
+    default), causal (bottom-right: FlashInfer aligns the new tokens to the end of the KV).
+    window_left, wrapper, run_kw, extra: as fi_decode's."""
     case = paged.case
     seqs = list(range(case.b)) if seqs is None else seqs
     dev = DEVICE
@@ -395,7 +549,9 @@ def fi_prefill(fi, torch, paged, ws, backend, seqs=None, q=None, out=None):
     last = paged.last_page_len[torch.tensor(seqs, device=dev).long()].contiguous()
     q = paged.q if q is None else q
     out = torch.empty_like(q) if out is None else out
-    w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "HND", backend=backend)
+    w = wrapper or fi.BatchPrefillWithPagedKVCacheWrapper(ws, "HND", backend=backend)
+    win = {} if window_left is None else {"window_left": window_left}
+    kw = run_kw or {}
 
     def plan():
         w.plan(
@@ -411,16 +567,17 @@ def fi_prefill(fi, torch, paged, ws, backend, seqs=None, q=None, out=None):
             q_data_type=torch.float16,
             kv_data_type=paged.kv_dtype,
             sm_scale=1.0 / math.sqrt(case.d),
+            **win,
         )
 
     def run(i):
         k, v = paged.copies[i % len(paged.copies)]
-        return w.run(q, (k, v), out=out)
+        return w.run(q, (k, v), *extra, out=out, **kw)
 
     return plan, run
 
 
-def prebuild(fi, torch, cases, log):
+def prebuild(fi, torch, cases, log, fa3=True):
     """Builds every JIT module the cases will ask for in one ninja run (parallel across the
     machine's cores) instead of one after another at first use. Best effort: the module
     generators are FlashInfer internals; anything missing here is built at first use."""
@@ -430,6 +587,7 @@ def prebuild(fi, torch, cases, log):
             _gen_batch_prefill_primary_module,
             gen_batch_decode_module,
             gen_batch_prefill_module,
+            gen_customize_batch_prefill_module,
         )
     except Exception as e:  # noqa: BLE001
         log("  JIT prebuild skipped (%s): modules build at first use" % bt.first_line(e))
@@ -446,6 +604,17 @@ def prebuild(fi, torch, cases, log):
         elif c.part == "prefill":
             specs["fa2", args] = lambda a=args: _gen_batch_prefill_primary_module("fa2", *a, False)
             specs["fa3", args] = lambda a=args: gen_batch_prefill_module("fa3", *a, False)
+        elif c.part == "window":  # use_sliding_window where the case has a window
+            args = (f16, kv, f16, i32, c.d, c.d, 0, c.window > 0, False)
+            if c.sinks:
+                kind = "decode" if c.q_lens[0] == 1 else "prefill"
+                specs["sink", kind, c.d] = lambda k=kind, d=c.d: gen_customize_batch_prefill_module(
+                    "fa2", *sink_jit_args(fi, torch, d, k)
+                )
+            else:
+                specs["fa2", args] = lambda a=args: _gen_batch_prefill_primary_module("fa2", *a, False)
+                if c.q_lens[0] > 1 and fa3:
+                    specs["fa3", args] = lambda a=args: gen_batch_prefill_module("fa3", *a, False)
     t = time.time()
     try:
         built = [make() for make in specs.values()]
@@ -465,6 +634,8 @@ class Results:
     def __init__(self, ceil, device, csv_path, md_path):
         self.ceil, self.device, self.csv_path, self.md_path = ceil, device, csv_path, md_path
         self.rows, self.flops_rows, self.plan_rows, self.notes = [], [], [], []
+        self.missing = []  # (case, reason): cases that no FlashInfer kernel ran (window part)
+        self.window_only = False  # chapter 12's cases alone: no (empty) prefill table
         self.failed = False
 
     def add(self, kernel, case, ms):
@@ -523,7 +694,9 @@ class Results:
                         + [self.device]
                     )
         if self.md_path:
-            md = "\n## Prefill chunks and mixed steps (causal FLOPs counted exactly)\n\n" + FLOPS_MD_HEADER
+            md = ""
+            if self.flops_rows or not self.window_only:
+                md += "\n## Prefill chunks and mixed steps (causal FLOPs counted exactly)\n\n" + FLOPS_MD_HEADER
             for r in self.flops_rows:
                 md += "| %s | %s | %.1f | %.2f | %.1f | %.1f | %.2f |\n" % (
                     r["kernel"],
@@ -539,6 +712,9 @@ class Results:
                     "\n## plan() on the host (median of 20, us)\n\n| planner | case | us |\n|---|---|---:|\n"
                 )
                 md += "".join("| %s | %s | %.1f |\n" % r for r in self.plan_rows)
+            if self.missing:
+                md += "\n## Cases without a FlashInfer time\n\n| case | why |\n|---|---|\n"
+                md += "".join("| %s | %s |\n" % (c, why.replace("|", "/")) for c, why in self.missing)
             if self.notes:
                 md += "\n" + "".join("- %s\n" % n for n in self.notes)
             with open(self.md_path, "a") as f:
@@ -742,6 +918,125 @@ def _subset(torch, paged, sub, seqs, q):
     return view
 
 
+class NotSupported(RuntimeError):
+    """The FlashInfer at hand has no way to run a case (a 'not supported by' row, not a skip)."""
+
+
+def sink_jit_args(fi, torch, d, kind):
+    """jit_args of a wrapper that runs FlashInfer's own attention-sink variant (AttentionSink
+    in flashinfer/jit/attention/variants.py, fa2): the per-head sink logits are its one extra
+    tensor, sm_scale its one extra scalar. In 0.7.2, run(sinks=...) reaches the kernel only on
+    the trtllm-gen, cuDNN and cute-dsl backends (Blackwell or cuDNN); the fa2/fa3 paged_run
+    (prefill.py, get_batch_prefill_module) does not pass it on: the variant is how sinks run
+    on the H100. One module per wrapper kind (kind: 'decode' or 'prefill')."""
+    try:
+        from flashinfer.jit.attention.variants import attention_sink_decl
+    except Exception as e:  # noqa: BLE001
+        raise NotSupported(
+            "not supported by FlashInfer %s: no AttentionSink variant (%s)"
+            % (getattr(fi, "__version__", "?"), bt.first_line(e))
+        )
+    f16 = torch.float16
+    return [
+        "pa_bench_attention_sink_%s_fp16_d%d" % (kind, d),
+        f16, f16, f16, torch.int32, d, d,
+        ["sink"], ["float"], ["sm_scale"], ["double"],
+        "AttentionSink",
+        attention_sink_decl["fa2"],
+    ]  # fmt: skip
+
+
+def sink_wrapper(fi, torch, ws, wrappers, kind, d):
+    """The run's one wrapper of each kind with the sink variant (built once: JIT at first)."""
+    key = (kind, d)
+    if key not in wrappers:
+        args = sink_jit_args(fi, torch, d, kind)
+        if kind == "decode":
+            wrappers[key] = fi.BatchDecodeWithPagedKVCacheWrapper(
+                ws, "HND", use_tensor_cores=True, backend="fa2", jit_args=args
+            )
+        else:
+            wrappers[key] = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "HND", backend="fa2", jit_args=args)
+    return wrappers[key]
+
+
+def window_kernels(case, fa3=True):
+    """[(kernel name, backend)] run on a window case: the tensor-core decode wrapper for the
+    decodes (the issue's anchor), the prefill wrapper (fa2, and fa3 unless turned off) for
+    the chunk; the sink variant (fa2) where the case has sinks."""
+    decode = case.q_lens[0] == 1
+    if case.sinks:
+        return [(FI_WINDOW_SINKS, "fa2")] if decode else [(FI_CHUNK_SINKS, "fa2")]
+    if decode:
+        return [(FI_WINDOW if case.window else FI_DECODE_TC, "auto")]
+    out = [(FI_CHUNK_WINDOW, "fa2")]
+    if fa3:
+        out.append((FI_CHUNK_WINDOW.replace("fa2", "fa3"), "fa3"))
+    return out
+
+
+def bench_window_case(fi, torch, timer, res, case, ws, wrappers, fa3=True):
+    """One of bench_ch12.cu's cases: its window as window_left = window - 1, its sinks through
+    the sink variant; checked against the window/sink reference, then timed. A case no
+    kernel could run gets a row in res.missing (with the reason)."""
+    copies = bt.rotation_count(torch, case.bytes_moved())
+    paged = WindowPaged(torch, case, copies)
+    decode = case.q_lens[0] == 1
+    win = case.window_left if case.window else None
+    scale = 1.0 / math.sqrt(case.d)
+    ran = False
+    for kernel, backend in window_kernels(case, fa3):
+
+        def go(kernel=kernel, backend=backend):
+            if case.sinks:
+                w = sink_wrapper(fi, torch, ws, wrappers, "decode" if decode else "prefill", case.d)
+                kw = {"wrapper": w, "extra": (paged.sinks, scale)}
+            else:
+                kw = {}
+            if decode:
+                plan, run = fi_decode(fi, torch, paged, ws, True, window_left=win, **kw)
+            else:
+                plan, run = fi_prefill(fi, torch, paged, ws, backend, window_left=win, **kw)
+            return measure(torch, timer, paged, plan, run, kernel)
+
+        ms = attempt(res, kernel, case, go)
+        if ms is not None:
+            res.add(kernel, case, ms)
+            ran = True
+    if not ran:
+        res.missing.append((case.name, res.notes[-1] if res.notes else "no kernel ran"))
+    if case.sinks:
+        probe_run_sinks(fi, torch, res, paged, ws, decode, win)
+    return paged
+
+
+def probe_run_sinks(fi, torch, res, paged, ws, decode, win):
+    """What the plain wrapper does with run(sinks=...) on this machine: a note (honoured,
+    ignored or wrong), never a failure of the run."""
+    what = "decode (tensor cores)" if decode else "prefill (fa2)"
+    try:
+        kw = {"window_left": win, "run_kw": {"sinks": paged.sinks}}
+        if decode:
+            plan, run = fi_decode(fi, torch, paged, ws, True, **kw)
+        else:
+            plan, run = fi_prefill(fi, torch, paged, ws, "fa2", **kw)
+        plan()
+        out = run(0)
+        bt.sync(torch)
+        picks = paged.picks()
+        got = paged.rows_of(out, picks)
+        e_sink = bt.rel_err(torch, got, paged.reference(torch, picks))
+        e_none = bt.rel_err(torch, got, paged.reference(torch, picks, sinks=None))
+        verdict = "honoured" if e_sink < TOL else "ignored" if e_none < TOL else "neither"
+        res.note(
+            "FlashInfer %s, plain wrapper, run(sinks=...) on %s: error %.1e against the sink "
+            "reference, %.1e against the sink-free one: sinks %s"
+            % (what, paged.case.name, e_sink, e_none, verdict)
+        )
+    except Exception as e:  # noqa: BLE001
+        res.note("FlashInfer %s, plain wrapper, run(sinks=...) on %s: refused (%s)" % (what, paged.case.name, bt.first_line(e)))
+
+
 def bench_flex_case(torch, timer, res, case):
     """FlexAttention paged decode (bench_torch.py's) on a standard shape."""
     b, l, hq, hkv, d = case.b, case.seq_lens[0], case.hq, case.hkv, case.d
@@ -766,19 +1061,21 @@ def bench_flex_case(torch, timer, res, case):
     torch._dynamo.reset()
 
 
-def run_benchmark(torch, fi, cases, csv_path, md_path, timer=None, do_prebuild=True):
+def run_benchmark(torch, fi, cases, csv_path, md_path, timer=None, do_prebuild=True, fa3=True):
     device = torch.cuda.get_device_name(0) if DEVICE == "cuda" else DEVICE
     version = getattr(fi, "__version__", "?") if fi is not None else "absent"
     print("torch %s, flashinfer %s, %s" % (torch.__version__, version, device))
     timer = timer or bt.Timer(torch)
     ceil = bt.measure_ceilings(torch, timer, bt.CEILING_BYTES)
     res = Results(ceil, device, csv_path, md_path)
+    res.window_only = bool(cases) and all(c.part == "window" for c in cases)
+    wrappers = {}  # the sink variant's wrappers, built once a run
     res.note(
         "FlashInfer %s, page size %d, HND layout [num_pages, Hkv, %d, D], K and V apart, "
         "permuted page table; torch %s" % (version, PAGE, PAGE, torch.__version__)
     )
     if fi is not None and do_prebuild:
-        prebuild(fi, torch, [c for c in cases if c.part != "flex"], print)
+        prebuild(fi, torch, [c for c in cases if c.part != "flex"], print, fa3)
     ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=DEVICE)
     for case in cases:
         print(
@@ -798,12 +1095,16 @@ def run_benchmark(torch, fi, cases, csv_path, md_path, timer=None, do_prebuild=T
                 bench_flex_case(torch, timer, res, case)
             elif fi is None:
                 res.note("skipped: FlashInfer %s: flashinfer is not importable" % case.name)
+            elif case.part == "window":
+                bench_window_case(fi, torch, timer, res, case, ws, wrappers, fa3)
             elif case.part == "decode":
                 bench_decode_case(fi, torch, timer, res, case, ws)
             else:
                 bench_prefill_case(fi, torch, timer, res, case, ws)
         except Exception as e:  # noqa: BLE001 - out of memory for the case as a whole, say
             res.note("skipped: %s: %s" % (case.name, bt.first_line(e)))
+            if case.part == "window":
+                res.missing.append((case.name, res.notes[-1]))
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
         print("  (%.0f s)" % (time.time() - t))
@@ -873,6 +1174,7 @@ def self_test():
         mix.q_lens[:3] == [1024, 1024, 1] and mix.b == 64 and mix.num_tokens == 2110,
     )
     ok("flops csv beside the csv", flops_csv_path("r/x.csv") == "r/x-flops.csv")
+    _self_test_window(ok)
 
     try:
         import numpy as np
@@ -953,6 +1255,7 @@ def self_test():
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)[0].permute(1, 0, 2)
             err = bt.rel_err(torch, paged.rows_of(o, picks), paged.reference(torch, picks))
             ok("SDPA is_causal (top-left) over a prefix is caught", err > TOL, "error %.1e" % err)
+            _self_test_window_torch(torch, np, ok)
             ran, agrees = _try_sdpa_chunk(torch, paged)
             ok(
                 (
@@ -970,6 +1273,98 @@ def self_test():
         "%d passed, %d failed" % (passed[0], failed[0]) + (", %d skipped" % skipped[0] if skipped[0] else "")
     )
     return 1 if failed[0] else 0
+
+
+def ch12_cases_from_source(path=None):
+    """bench_ch12.cu's cases() as (name, b, hq, hkv, len, n_new, window, sinks) tuples, read
+    from its source (the two lists must stay in step)."""
+    import re
+
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_ch12.cu")
+    with open(path) as f:
+        text = f.read()
+    body = text[text.index("std::vector<Case> cases()") :]
+    body = body[: body.index("};")]
+    pat = r'\{"([^"]+)",\s*(\d+),\s*(\d+),\s*(\d+),\s*([\d +]+),\s*(\d+),\s*(\d+),\s*(true|false)\}'
+    out = []
+    for m in re.finditer(pat, body):
+        name, b, hq, hkv, length, n, w, sinks = m.groups()
+        out.append((name, int(b), int(hq), int(hkv), sum(int(x) for x in length.split("+")), int(n), int(w), sinks == "true"))
+    return out
+
+
+def _self_test_window(ok):
+    """Chapter 12's cases without torch: bench_ch12.cu's list, window_left, the bytes."""
+    cases = window_cases()
+    mine = [(c.name, c.b, c.hq, c.hkv, c.seq_lens[0], c.q_lens[0], c.window, c.sinks) for c in cases]
+    try:
+        theirs = ch12_cases_from_source()
+    except OSError as e:
+        theirs = str(e)
+    ok("window cases are bench_ch12.cu's (names, shapes, order)", mine == theirs, "%d cases" % len(mine))
+    ok("window cases are not in 'all'", not any(c.part == "window" for c in all_cases("all")))
+    ok(
+        "window_left = window - 1, -1 for full",
+        [c.window_left for c in cases] == [-1, 1023, 1023, -1, 127, 127, 1023, 1023],
+    )
+    # by hand: a decode at position 32767 with window 1024 sees keys 31744..32767, blocks
+    # 1984..2047 (64); window 128: keys 32640.. (block 2040, 8 blocks); the chunk's first row
+    # (position 32768) sees 31745.. (block 1984 of 2176: 192 blocks); full: every block.
+    ok("live blocks 64, 64, 2048, 8, 192", [cases[i].live_blocks() for i in (1, 2, 3, 4, 6)] == [64, 64, 2048, 8, 192])
+    kv = lambda b, blocks: 2 * 2 * b * blocks * 16 * 8 * 128  # noqa: E731
+    qo = lambda t: 2 * 2 * t * 32 * 128  # noqa: E731
+    ok(
+        "bytes as bench_ch12.cu (blocks the windows touch, plus q and out)",
+        [c.bytes_moved() for c in cases]
+        == [kv(32, 64) + qo(32), kv(32, 64) + qo(32), kv(32, 64) + qo(32), kv(32, 2048) + qo(32),
+            kv(32, 8) + qo(32), kv(32, 8) + qo(32), kv(1, 192) + qo(2048), kv(1, 192) + qo(2048)],
+        bt.g6(cases[1].bytes_moved()),
+    )  # fmt: skip
+    edge = WindowCase("edge", 1, 32, 1, 16, False, hq=2, hkv=1)  # position 31 sees 16..31: block 1
+    wide = WindowCase("wide", 1, 20, 1, 64, False, hq=2, hkv=1)  # window wider than the sequence
+    ok("window on a block edge; wider than the sequence", (edge.live_blocks(), wide.live_blocks()) == (1, 2))
+    ok("sinks as bench_ch12.cu: 0.5 + 0.1 (h % 7)", cases[2].sink_values()[:8] == [0.5 + 0.1 * (h % 7) for h in range(8)])
+
+
+def _self_test_window_torch(torch, np, ok):
+    """The window pool and the window/sink reference (torch on the CPU is enough)."""
+    case = WindowCase("tiny window sinks", 3, 70, 1, 20, True, hq=4, hkv=2, d=16)
+    paged = WindowPaged(torch, case, copies=1)
+    first = case.first_key() // PAGE
+    ok("window pool: null page plus the touched pages", paged.num_pages == 1 + 3 * case.live_blocks())
+    ok(
+        "window table: the null page left of the window, a permutation after",
+        all(int(x) == 0 for p in paged.pages for x in p[:first])
+        and sorted(int(x) for p in paged.pages for x in p[first:]) == list(range(1, paged.num_pages)),
+    )
+    chunk = WindowCase("tiny chunk window", 1, 45, 9, 7, True, hq=4, hkv=1, d=16)
+    for c in (case, chunk):
+        pg = paged if c is case else WindowPaged(torch, c, copies=1)
+        picks = [(b, i) for b in range(c.b) for i in range(c.q_lens[b])]
+        ref = pg.reference(torch, picks).numpy()
+        sinks = np.array(c.sink_values(), dtype=np.float64)
+        err = 0.0
+        for r, (b, i) in enumerate(picks):
+            k = pg.dense(torch, pg.copies[0][0], b).double().numpy()
+            v = pg.dense(torch, pg.copies[0][1], b).double().numpy()
+            pos = c.seq_lens[b] - c.q_lens[b] + i
+            lo = max(0, pos - c.window + 1)
+            g = c.hq // c.hkv
+            for h in range(c.hq):
+                q = pg.q[c.qsl[b] + i, h].double().numpy()
+                s = k[h // g, lo : pos + 1] @ q / math.sqrt(c.d)
+                m = max(s.max(), sinks[h])
+                p = np.exp(s - m)
+                o = p @ v[h // g, lo : pos + 1] / (p.sum() + math.exp(sinks[h] - m))
+                err = max(err, float(np.abs(o - ref[r, h]).max() / np.abs(o).max()))
+        ok("%s: window/sink reference vs NumPy (float64)" % c.name, err < 1e-4, "error %.1e" % err)
+        nosink = bt.rel_err(torch, pg.reference(torch, picks, sinks=None), pg.reference(torch, picks))
+        ok("%s: dropping the sinks is caught" % c.name, nosink > TOL, "error %.1e" % nosink)
+        wider = WindowPaged.__new__(WindowPaged)
+        wider.__dict__.update(pg.__dict__)
+        wider.case = WindowCase(c.name, c.b, c.seq_lens[0], c.q_lens[0], c.window + 1, c.sinks, c.hq, c.hkv, c.d)
+        off = bt.rel_err(torch, wider.reference(torch, picks), pg.reference(torch, picks))
+        ok("%s: a window one key too wide is caught" % c.name, off > TOL, "error %.1e" % off)
 
 
 def _try_sdpa_chunk(torch, paged):
@@ -1031,9 +1426,13 @@ def main(argv=None):
     ap.add_argument("--md", default="", help="all tables as Markdown")
     ap.add_argument(
         "--part",
-        choices=["all", "decode", "prefill", "flex"],
+        choices=["all", "decode", "prefill", "flex", "window"],
         default="all",
-        help="which cases (a lent GPU limits one command's time: run the parts apart)",
+        help="which cases (a lent GPU limits one command's time: run the parts apart); all: "
+        "bench_ch10's (decode, prefill, flex); window: bench_ch12's, apart",
+    )
+    ap.add_argument(
+        "--no-fa3", action="store_true", help="window part: the prefill chunk on fa2 only (less JIT time)"
     )
     ap.add_argument(
         "--no-prebuild", action="store_true", help="let FlashInfer build each module at first use"
@@ -1065,7 +1464,7 @@ def main(argv=None):
             )
             return 0
         fi = None
-    return run_benchmark(torch, fi, cases, args.csv, args.md, do_prebuild=not args.no_prebuild)
+    return run_benchmark(torch, fi, cases, args.csv, args.md, do_prebuild=not args.no_prebuild, fa3=not args.no_fa3)
 
 
 if __name__ == "__main__":
