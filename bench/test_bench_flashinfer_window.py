@@ -85,7 +85,7 @@ def test_compare_without_flashinfer_rows(tmp_path):
 # ----------------------------------------------------------------------------- dry runs
 
 
-def fake_flashinfer(torch, ignore_window=False):
+def fake_flashinfer(torch, ignore_window=False, variant_drops_sinks=False):
     """The wrappers with window_left; a jit_args wrapper takes (sinks, sm_scale) after the
     cache and applies the sinks; the plain wrapper accepts run(sinks=...) and ignores it."""
     fi = types.SimpleNamespace(__version__="fake")
@@ -123,7 +123,7 @@ def fake_flashinfer(torch, ignore_window=False):
         def run(self, q, kv, *extra, out=None, sinks=None):
             indptr, indices, last, hkv, page, sm, wl = self.args
             qo = list(range(q.shape[0] + 1))
-            sk = extra[0] if self.variant else None  # run(sinks=) ignored, as fa2's paged_run
+            sk = extra[0] if self.variant and not variant_drops_sinks else None  # run(sinks=): ignored
             out.copy_(attend(q, kv[0], kv[1], qo, indices, indptr, last, page, hkv, sm, wl, sk))
             return out
 
@@ -217,3 +217,22 @@ def test_a_kernel_that_ignores_the_window_fails(tmp_path, monkeypatch):
     status, rows, flops, md = tbf.dry_run(bench, monkeypatch, tmp_path, cases, fake_flashinfer(torch, ignore_window=True))
     assert status == 1 and rows == []
     assert "FAILED: %s tiny window 20" % bench.FI_WINDOW in md
+
+
+def test_a_variant_that_drops_the_sinks_fails(tmp_path, monkeypatch):
+    """At the cases' own sink logits a dropped sink hides under the tolerance; the check with
+    raised logits must catch it."""
+    torch = pytest.importorskip("torch")
+    bench = tbf.load_bench()
+    monkeypatch.setattr(bench, "sink_jit_args", lambda fi, torch, d, kind: ["fake_sink_" + kind])
+    W = bench.WindowCase
+    case = W("tiny wide window sinks", 2, 300, 1, 256, True, hq=4, hkv=2, d=32)
+    fi = fake_flashinfer(torch, variant_drops_sinks=True)
+    status, rows, flops, md = tbf.dry_run(bench, monkeypatch, tmp_path, [case], fi)
+    assert status == 1 and rows == []
+    assert "FAILED: %s tiny wide window sinks" % bench.FI_WINDOW_SINKS in md and "raised by 8" in md
+    # the same outputs at the case's own logits would have passed the plain check
+    paged = bench.WindowPaged(torch, case, copies=1)
+    picks = paged.picks()
+    err = bench.bt.rel_err(torch, paged.reference(torch, picks, sinks=None), paged.reference(torch, picks))
+    assert err < bench.TOL
