@@ -68,6 +68,10 @@ cmake --build "$build" --target serve > /dev/null
 # Chapter 11: the same trace at one KV byte budget, GQA against MLA (the latent cache).
 cmake --build "$build" --target serve_mla > /dev/null
 "$build/demo/serve_mla" --quiet > "$gen/ch11-serve-mla.txt"
+# Chapter 12: a Gemma-3-like model at one KV budget, every block kept against windows that
+# free theirs, with the closed form of the blocks held beside the manager's count.
+cmake --build "$build" --target serve_hybrid > /dev/null
+"$build/demo/serve_hybrid" --quiet > "$gen/ch12-serve-hybrid.txt"
 
 # The explanatory figures (layouts, block tables, lane maps, schedules), drawn from the
 # reference's own index functions (book/figures/figures.py). Their test first: it checks

@@ -58,6 +58,29 @@ struct ModelConfig {
   AttentionKind attention = AttentionKind::gqa;
   int latent_dim = 512;  // d_c
   int rope_dim = 64;     // d_r
+  // Chapter 12, the layer pattern (GQA only). windows[l] > 0: layer l is a sliding-window
+  // layer (a row at position p sees the keys [p - window + 1, p]); 0: full attention. Empty:
+  // every layer full. sinks: one learned logit per query head (Hq) that joins every layer's
+  // softmax and adds no value (gpt-oss); empty: none. A hybrid model's paged path needs a
+  // step attention that takes windows and sinks (ch12::HybridStepAttention).
+  std::vector<int> windows;
+  std::vector<float> sinks;
+  int window_of(int layer) const { return windows.empty() ? 0 : windows[size_t(layer)]; }
+  bool hybrid() const;  // any window, or sinks
+  // Layer groups (chapter 12): layers of one window (0: full) in groups of
+  // layers_per_group() layers each, the gcd of the windows' layer counts (Gemma 3's 5:1: one
+  // layer a group; gpt-oss's 1:1 over 24 layers: 12), numbered in order of first layer.
+  // Layer l attends with group layer_group(l)'s block tables and stores its K/V in the
+  // paged pool layer_slot(l) (its place in its group): a block id belongs to one group, so
+  // the groups share layers_per_group() pools, one page size. A model of one window (every
+  // model before chapter 12): one group of every layer, pool l for layer l.
+  std::vector<int> group_windows() const;  // each group's window
+  int layer_group(int layer) const;
+  int layers_per_group() const;
+  int layer_slot(int layer) const;
+  // num_sliding layers of `window`, then num_full full layers, repeated over num_layers
+  // (Gemma 3: 5 and 1; gpt-oss: 1 and 1).
+  static std::vector<int> layer_pattern(int num_layers, int num_sliding, int num_full, int window);
   int hidden() const { return num_q_heads * head_size; }
   bool mla() const { return attention == AttentionKind::mla; }
   int elem_bytes() const { return kv_dtype == DType::fp32 ? 4 : 2; }
@@ -87,7 +110,8 @@ void with_kv_type(DType d, F&& f) {
   else f(bf16{});
 }
 
-// One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering, of the
+// One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering (a hybrid
+// model: one per layer slot, ModelConfig::layers_per_group, shared by the groups), of the
 // model's kv_dtype (the vectors of the other two types stay empty). An MLA model has one
 // latent pool per layer instead, [num_blocks, block_size, latent_dim + rope_dim], NaN to
 // start; `shape` then says num_kv_heads 1 and head_size latent_dim + rope_dim, so a block
@@ -124,6 +148,10 @@ struct StepInput {
   std::vector<int> tokens, positions;  // [N]
   ch03::BatchMetadata batch;           // block_table, context_lens, slot_mapping [N], query_start_loc
   std::vector<int> logit_rows;         // rows whose logits come back (a sequence's last new token)
+  // Chapter 12, a hybrid model: the step's metadata as each layer group sees it
+  // (ModelConfig::group_windows; each group its own block tables and slot_mapping, the same
+  // tokens, context_lens and query_start_loc as batch). Empty: batch serves every layer.
+  std::vector<ch03::BatchMetadata> groups;
   bool cascade = false;                // decode rows that share a prefix: cascade attention
   // The leading sequences with exactly one new token: chapter 5's part of the batch.
   int num_decode() const;
@@ -144,6 +172,10 @@ struct StepCache {
   DType dtype = DType::fp16;
   bool latent = false;      // MLA: one latent pool per layer, no V pool
   int latent_dim = 0, rope_dim = 0;  // latent: the widths of c_kv and k_rope
+  // Chapter 12: per planned group, its sliding window (0: full attention; empty: every group
+  // full), and the sinks (Hq logits) every group's softmax takes (empty: none).
+  std::vector<int> windows;
+  std::vector<float> sinks;
 };
 
 class StepAttention {
@@ -222,6 +254,7 @@ class TinyModel {
   std::vector<float> logits_of(Scratch& s, int n, const std::vector<int>& rows, cudaStream_t stream);
   struct Graphs;
   void check_step(const StepInput& in, const PagedKV& kv, const char* who) const;
+  void plan_groups(const StepInput& in, const PagedKV& kv);
   template <typename C>
   std::vector<float> forward_paged_as(const StepInput& in, PagedKV& kv);
   template <typename C>

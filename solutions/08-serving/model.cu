@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <cmath>
+#include <numeric>
 
 #include "pa/ch08_model.h"
 #include "pa/ch08_prefill.h"
@@ -90,6 +91,35 @@ void convert(To* out, const From* in, int64_t count, cudaStream_t stream) {
     launch(convert_kernel<To, From>, dim3(unsigned((count + 255) / 256)), dim3(256), 0, stream, out, in, count);
 }
 
+// Chapter 12's dense reference: one token per row b attends to the last `window` keys of
+// its dense cache (window 0: every key), with an optional sink logit per query head in the
+// softmax's denominator. One thread per (row, query head), two passes over the keys, fp32.
+__global__ void dense_window_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
+                                    const int* lens, int max_len, int Hq, int Hkv, int D, int window,
+                                    const float* sinks, float scale) {
+  const int b = blockIdx.x, h = threadIdx.x;
+  if (h >= Hq) return;
+  const int len = lens[b], first = window > 0 ? max(0, len - window) : 0, kh = h / (Hq / Hkv);
+  const float* qr = q + (int64_t(b) * Hq + h) * D;
+  float* o = out + (int64_t(b) * Hq + h) * D;
+  auto key = [&](int t) { return (int64_t(b) * max_len + t) * Hkv * D + int64_t(kh) * D; };
+  auto score = [&](int t) {
+    float dot = 0.f;
+    for (int d = 0; d < D; ++d) dot += qr[d] * k_cache[key(t) + d];
+    return dot * scale;
+  };
+  float m = sinks ? sinks[h] : -INFINITY;
+  for (int t = first; t < len; ++t) m = fmaxf(m, score(t));
+  float sum = sinks ? expf(sinks[h] - m) : 0.f;
+  for (int d = 0; d < D; ++d) o[d] = 0.f;
+  for (int t = first; t < len; ++t) {
+    const float p = expf(score(t) - m);
+    sum += p;
+    for (int d = 0; d < D; ++d) o[d] += p * v_cache[key(t) + d];
+  }
+  for (int d = 0; d < D; ++d) o[d] = sum > 0.f ? o[d] / sum : 0.f;
+}
+
 __global__ void silu_kernel(float* x, int64_t count) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) x[i] = x[i] / (1.f + expf(-x[i]));
@@ -140,6 +170,9 @@ struct TinyModel::Scratch {
   DeviceBuffer<uint8_t> ckv_c, krope_c, qabs_c, olat_c;
   DeviceBuffer<int> tokens, positions, decode_table, decode_lens, prefill_table, prefill_lens, qsl;
   DeviceBuffer<int64_t> slots;
+  std::vector<DeviceBuffer<int64_t>> group_slots;  // chapter 12: each layer group's slot_mapping
+  DeviceBuffer<int> dense_lens;                    // the dense path's lengths (windowed layers)
+  DeviceBuffer<float> sinks;
 
   // Room for the activations of n token rows (both forward paths need the same).
   void reserve(int n, const ModelConfig& c) {
@@ -209,6 +242,16 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
   PA_REQUIRE(!c.mla() || (c.latent_dim > 0 && c.rope_dim > 0 && c.rope_dim % 2 == 0),
              "an MLA model needs a positive latent_dim and a positive, even rope_dim (got " << c.latent_dim
                                                                                           << " and " << c.rope_dim << ")");
+  PA_REQUIRE(c.windows.empty() || int(c.windows.size()) == c.num_layers,
+             "windows: one per layer: expected " << c.num_layers << " (0: full attention), got " << c.windows.size());
+  for (size_t l = 0; l < c.windows.size(); ++l)
+    PA_REQUIRE(c.windows[l] >= 0, "windows: layer " << l << " has window " << c.windows[l]
+                                                    << " (a sliding window must be positive; 0 is full attention)");
+  PA_REQUIRE(c.sinks.empty() || int(c.sinks.size()) == c.num_q_heads,
+             "sinks: one per query head: expected " << c.num_q_heads << " logits (Hq), got " << c.sinks.size());
+  for (float x : c.sinks) PA_REQUIRE(std::isfinite(x), "sinks: " << x << " is not a finite logit");
+  PA_REQUIRE(!c.hybrid() || !c.mla(), "windows and sinks are for GQA models; chapter 11's MLA layers are all full");
+  if (!c.sinks.empty()) s_->sinks = DeviceBuffer<float>(c.sinks);
   const int H = c.hidden(), D = c.head_size, F = c.ffn_size;
   SplitMix64 rng(c.seed);
   auto up = [](const std::vector<float>& v) { return DeviceBuffer<float>(v); };
@@ -255,6 +298,55 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
 
 TinyModel::~TinyModel() = default;
 
+bool ModelConfig::hybrid() const {
+  return !sinks.empty() || std::any_of(windows.begin(), windows.end(), [](int w) { return w > 0; });
+}
+
+int ModelConfig::layers_per_group() const {
+  std::map<int, int> count;  // window -> layers
+  for (int l = 0; l < num_layers; ++l) ++count[window_of(l)];
+  int k = 0;
+  for (const auto& [w, c] : count) k = std::gcd(k, c);
+  return k;
+}
+
+namespace {
+// Each layer's (group, slot): a layer joins the newest group of its window while it has
+// fewer than k layers, else opens the next group.
+std::vector<std::pair<int, int>> layer_places(const ModelConfig& c, std::vector<int>* windows) {
+  const int k = c.layers_per_group();
+  std::map<int, std::pair<int, int>> open;  // window -> (group, layers in it)
+  std::vector<std::pair<int, int>> out;
+  int groups = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const int w = c.window_of(l);
+    auto it = open.find(w);
+    if (it == open.end() || it->second.second == k) {
+      it = open.insert_or_assign(w, std::make_pair(groups++, 0)).first;
+      if (windows) windows->push_back(w);
+    }
+    out.push_back({it->second.first, it->second.second++});
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<int> ModelConfig::group_windows() const {
+  std::vector<int> out;
+  layer_places(*this, &out);
+  return out;
+}
+int ModelConfig::layer_group(int layer) const { return layer_places(*this, nullptr)[size_t(layer)].first; }
+int ModelConfig::layer_slot(int layer) const { return layer_places(*this, nullptr)[size_t(layer)].second; }
+
+std::vector<int> ModelConfig::layer_pattern(int num_layers, int num_sliding, int num_full, int window) {
+  PA_REQUIRE(num_layers > 0 && num_sliding >= 0 && num_full >= 0 && num_sliding + num_full > 0 && window > 0,
+             "layer_pattern: bad arguments");
+  std::vector<int> out;
+  for (int l = 0; l < num_layers; ++l) out.push_back(l % (num_sliding + num_full) < num_sliding ? window : 0);
+  return out;
+}
+
 float ModelConfig::attention_scale() const {
   return 1.f / std::sqrt(float(mla() ? head_size + rope_dim : head_size));
 }
@@ -271,7 +363,7 @@ PagedKV::PagedKV(const ModelConfig& c, int num_blocks, int block_size)
     return;
   }
   with_kv_type(dtype, [&](auto t) {
-    for (int l = 0; l < c.num_layers; ++l) layers<decltype(t)>().emplace_back(shape);
+    for (int l = 0; l < c.layers_per_group(); ++l) layers<decltype(t)>().emplace_back(shape);
   });
 }
 std::vector<void*> PagedKV::k_pools() {
@@ -442,6 +534,9 @@ std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
     });
     return logits;
   }
+  PA_REQUIRE(!cfg_.hybrid() || step_attention_,
+             "forward_paged: a hybrid model's paged path (windows or sinks) needs a step attention that takes "
+             "them (ch12::HybridStepAttention); none is set");
   with_kv_type(kv.dtype, [&](auto t) { logits = forward_paged_as<decltype(t)>(in, kv); });
   return logits;
 }
@@ -492,6 +587,40 @@ std::vector<float> TinyModel::forward_latent_as(const StepInput& in, PagedKV& kv
 }
 // ANCHOR_END: forward_latent
 
+// ANCHOR: plan_groups
+// Chapter 12: a hybrid model's step. Each layer group's metadata (in.groups, or in.batch
+// for a model of one group) is checked against the step's, its slot_mapping goes to the
+// device, and the step attention plans every group with its window and the sinks.
+void TinyModel::plan_groups(const StepInput& in, const PagedKV& kv) {
+  const std::vector<int> windows = cfg_.group_windows();
+  const int G = int(windows.size()), n = int(in.tokens.size());
+  PA_REQUIRE(!in.groups.empty() || G == 1, "forward_paged: the model has " << G
+                                               << " layer groups (ModelConfig::group_windows); the step gives "
+                                                  "no per-group metadata (StepInput::groups)");
+  const std::vector<ch03::BatchMetadata> groups = in.groups.empty() ? std::vector<ch03::BatchMetadata>{in.batch} : in.groups;
+  PA_REQUIRE(int(groups.size()) == G,
+             "forward_paged: the model has " << G << " layer groups, the step gives metadata for " << groups.size());
+  Scratch& s = *s_;
+  if (s.group_slots.size() < size_t(G)) s.group_slots.resize(size_t(G));
+  for (int g = 0; g < G; ++g) {
+    const ch03::BatchMetadata& b = groups[size_t(g)];
+    PA_REQUIRE(b.num_seqs == in.batch.num_seqs && b.context_lens == in.batch.context_lens &&
+                   b.query_start_loc == in.batch.query_start_loc && b.slot_mapping.size() == size_t(n),
+               "forward_paged: layer group " << g << "'s metadata is not the step's (sequences, context_lens, "
+                                                 "query_start_loc and one slot per token must match StepInput::batch)");
+    b.validate(kv.shape.num_blocks, kv.shape.block_size);
+    s.group_slots[size_t(g)] = DeviceBuffer<int64_t>(b.slot_mapping);
+  }
+  StepCache cache;
+  cache.pool = kv.shape;
+  cache.num_q_heads = cfg_.num_q_heads;
+  cache.dtype = kv.dtype;
+  cache.windows = windows;
+  cache.sinks = cfg_.sinks;
+  step_attention_->plan(groups, cache);
+}
+// ANCHOR_END: plan_groups
+
 // The paged path on a cache of type C. With a 16-bit cache, q, k and v are rounded to C
 // before the K/V write and the attention, and the attention's output comes back to fp32.
 template <typename C>
@@ -510,6 +639,8 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
   // Decode rows (one new token) go to chapter 5, or to cascade attention where they share
   // a prefix; the prefill chunks to this chapter's kernel. Or the whole step to the step
   // attention, when one is set (chapter 10's varlen kernel).
+  const bool grouped = cfg_.hybrid() || !in.groups.empty();  // chapter 12: a batch per layer group
+  PA_REQUIRE(!grouped || step_attention_, "forward_paged: layer groups need a step attention; none is set");
   const int num_decode = step_attention_ ? 0 : in.num_decode();
   const int num_prefill = step_attention_ ? 0 : md.num_seqs - num_decode;
   const bool cascade = in.cascade && num_decode > 1;
@@ -520,7 +651,8 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
     PA_REQUIRE((!std::is_same_v<C, float>),
                "forward_paged: the step attention needs a 16-bit cache (kv_dtype fp16 or bf16)");
     md.validate(kv.shape.num_blocks, kv.shape.block_size);
-    step_attention_->plan(md, kv.shape, Hq, kv.dtype);
+    if (grouped) plan_groups(in, kv);
+    else step_attention_->plan(md, kv.shape, Hq, kv.dtype);
   } else {
     std::vector<int> prefill_qsl;
     for (int b = num_decode; b <= md.num_seqs; ++b) prefill_qsl.push_back(md.query_start_loc[size_t(b)] - num_decode);
@@ -544,8 +676,9 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
       s.qsl = DeviceBuffer<int>(prefill_qsl);
     }
   }
+  int group = 0;  // the layer's group (chapter 12)
   auto attend = [&](ch02::KVPool<C>& pool, C* attn, const C* q) {
-    if (step_attention_) return step_attention_->run(attn, q, pool.k.get(), pool.v.get(), scale, nullptr);
+    if (step_attention_) return step_attention_->run(group, attn, q, pool.k.get(), pool.v.get(), scale, nullptr);
     const ch04::PagedAttentionShape ds{num_decode, Hq, Hkv, D, kv.shape.block_size, kv.shape.num_blocks, M};
     if (cascade)
       cascade_attention<C>(ds, attn, q, pool.k.get(), pool.v.get(), decode->block_table.get(),
@@ -558,8 +691,10 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
                            s.prefill_table.get(), s.prefill_lens.get(), s.qsl.get(), scale);
   };
   run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
-    ch02::KVPool<C>& pool = kv.layers<C>()[size_t(l)];
-    s.cache_attention<C>(n, cfg_, kv.shape, pool, s.slots.get(), nullptr,
+    ch02::KVPool<C>& pool = kv.layers<C>()[size_t(cfg_.layer_slot(l))];  // l, unless hybrid
+    group = grouped ? cfg_.layer_group(l) : 0;
+    const int64_t* slots = grouped && !in.groups.empty() ? s.group_slots[size_t(group)].get() : s.slots.get();
+    s.cache_attention<C>(n, cfg_, kv.shape, pool, slots, nullptr,
                          [&](C* attn, const C* q) { attend(pool, attn, q); });
   });
   return logits_of(s, n, in.logit_rows, nullptr);
@@ -606,6 +741,7 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
   PA_REQUIRE(graphs_supported(), "forward_decode_graph: CUDA graphs need the cuda backend");
   PA_REQUIRE(!step_attention_, "forward_decode_graph: graphs replay chapter 5's decode, not a step attention");
   PA_REQUIRE(!cfg_.mla(), "forward_decode_graph: an MLA model runs through its step attention, not chapter 5's graphs");
+  PA_REQUIRE(!cfg_.hybrid(), "forward_decode_graph: a hybrid model (windows or sinks) runs through its step attention");
   check_step(in, kv, "forward_decode_graph");
   const ch03::BatchMetadata& md = in.batch;
   const int B = md.num_seqs, M = max_blocks_per_seq, bs = kv.shape.block_size;
@@ -740,7 +876,14 @@ std::vector<float> TinyModel::forward_dense(const std::vector<int>& tokens,
       return;
     }
     caches[size_t(l)].append(s.k.get(), s.v.get(), active);
-    caches[size_t(l)].decode(s.attn.get(), s.q.get(), cfg_.attention_scale());
+    if (!cfg_.hybrid()) return caches[size_t(l)].decode(s.attn.get(), s.q.get(), cfg_.attention_scale());
+    // Chapter 12: the layer's window and the sinks, in the reference kernel above.
+    const ch01::DenseShape& ds = caches[size_t(l)].shape();
+    s.dense_lens = DeviceBuffer<int>(caches[size_t(l)].lengths());
+    launch(dense_window_kernel, dim3(unsigned(n)), dim3(unsigned(cfg_.num_q_heads)), 0, nullptr, s.attn.get(),
+           s.q.get(), caches[size_t(l)].k_cache(), caches[size_t(l)].v_cache(), s.dense_lens.get(), ds.max_seq_len,
+           cfg_.num_q_heads, cfg_.num_kv_heads, cfg_.head_size, cfg_.window_of(l),
+           cfg_.sinks.empty() ? nullptr : s.sinks.get(), cfg_.attention_scale());
   });
   std::vector<int> rows(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) rows[size_t(i)] = i;

@@ -20,6 +20,13 @@ void VarlenStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, c
              "VarlenStepAttention: the cache is " << dtype_name(cache.dtype)
                                                   << "; chapter 10's kernel reads fp16 or bf16");
   PA_REQUIRE(!groups.empty(), "VarlenStepAttention: plan() needs the metadata of at least one layer group");
+  for (size_t g = 0; g < cache.windows.size(); ++g)
+    PA_REQUIRE(cache.windows[g] == 0, "VarlenStepAttention: layer group " << g << " has a sliding window of "
+                                          << cache.windows[g]
+                                          << "; chapter 10's kernel attends full layers (ch12::HybridStepAttention "
+                                             "takes windows)");
+  PA_REQUIRE(cache.sinks.empty(), "VarlenStepAttention: the model has attention sinks; chapter 10's kernel has "
+                                  "none (ch12::HybridStepAttention takes them)");
   if (groups_.size() < groups.size()) groups_.resize(groups.size());
   const ch02::PoolShape& pool = cache.pool;
   for (size_t g = 0; g < groups.size(); ++g) {  // each group: its own tables, its own plan

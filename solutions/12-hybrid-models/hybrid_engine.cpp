@@ -1,0 +1,242 @@
+// Chapter 12 in chapter 8's engine (given code): a serving loop whose KV blocks come from
+// the hybrid manager, one block table and one slot_mapping per layer group. It is chapter
+// 8's scheduler cut down to greedy requests of one sequence: continuous batching, chunked
+// prefill, and recompute preemption of the newest request when the pool runs short.
+#include <algorithm>
+
+#include "pa/ch12_engine.h"
+
+namespace pa::ch12 {
+
+std::vector<LayerGroup> model_layer_groups(const ch08::ModelConfig& c, bool free_windows) {
+  std::vector<LayerGroup> out;
+  for (int w : c.group_windows()) out.push_back(w > 0 && free_windows ? sliding_group(w) : full_group());
+  return out;
+}
+
+// ANCHOR: predicted_blocks_impl
+int predicted_blocks(const std::vector<int>& group_windows, bool free_windows, int block_size, int computed,
+                     int new_tokens) {
+  const int end = (computed + new_tokens + block_size - 1) / block_size;  // blocks up to the last new token
+  int held = 0;
+  for (int w : group_windows) {
+    const int dead = (w > 0 && free_windows) ? std::max(0, computed - w + 1) / block_size : 0;
+    held += end - std::min(dead, end);
+  }
+  return held;
+}
+// ANCHOR_END: predicted_blocks_impl
+
+HybridEngine::HybridEngine(ch08::TinyModel& model, const HybridEngineConfig& cfg)
+    : model_(model),
+      cfg_(cfg),
+      blocks_(new HybridBlockManager(cfg.num_blocks, cfg.block_size, model_layer_groups(model.config(), cfg.free_windows))),
+      kv_(model.config(), cfg.num_blocks, cfg.block_size) {
+  PA_REQUIRE(cfg.max_num_seqs > 0 && cfg.max_tokens_per_step > 0 && cfg.max_seq_len > 0,
+             "max_num_seqs, max_tokens_per_step and max_seq_len must be positive");
+  PA_REQUIRE(!model.config().mla(), "HybridEngine: an MLA model runs in chapter 8's Engine");
+}
+
+void HybridEngine::add_request(const ch08::EngineRequest& r) {
+  const int vocab = model_.config().vocab_size;
+  PA_REQUIRE(reqs_.count(r.id) == 0, "request " << r.id << " was already added");
+  PA_REQUIRE(!r.prompt.empty(), "request " << r.id << " has an empty prompt");
+  PA_REQUIRE(r.max_new_tokens >= 1, "request " << r.id << " asks for " << r.max_new_tokens << " new tokens");
+  for (int t : r.prompt)
+    PA_REQUIRE(t >= 0 && t < vocab, "request " << r.id << ": token " << t << " is outside the vocabulary of " << vocab);
+  PA_REQUIRE(r.sampling.temperature == 0.f && r.sampling.n == 1 && r.sampling.beam_width == 0,
+             "request " << r.id << ": the hybrid engine decodes greedily, one sequence per request");
+  const int total = int(r.prompt.size()) + r.max_new_tokens;
+  PA_REQUIRE(total <= cfg_.max_seq_len,
+             "request " << r.id << ": prompt + output = " << total << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
+  // Its largest step: the whole prompt as one chunk, or any later token.
+  const int most = std::max(blocks_->restore_blocks(total), blocks_->restore_blocks(int(r.prompt.size())));
+  PA_REQUIRE(most <= blocks_->num_blocks() - 1,
+             "request " << r.id << " needs up to " << most << " blocks, the pool has " << blocks_->num_blocks() - 1);
+  auto q = std::make_unique<Req>();
+  q->id = r.id;
+  q->prompt_len = int(r.prompt.size());
+  q->max_new_tokens = r.max_new_tokens;
+  q->arrival_step = r.arrival_step;
+  q->tokens = r.prompt;
+  auto at = std::upper_bound(pending_.begin(), pending_.end(), r.arrival_step,
+                             [](int step, const Req* x) { return step < x->arrival_step; });
+  pending_.insert(at, q.get());
+  reqs_.emplace(r.id, std::move(q));
+}
+
+bool HybridEngine::done() const { return pending_.empty() && waiting_.empty() && running_.empty(); }
+
+void HybridEngine::run(const std::function<void(const HybridStepReport&)>& on_step) {
+  while (!done()) {
+    const HybridStepReport rep = step();
+    if (on_step) on_step(rep);
+  }
+}
+
+// Recompute: the victim's blocks go back in every group, and its tokens (prompt and
+// generated so far) are computed again as one prompt when it is readmitted.
+void HybridEngine::preempt(Req& victim) {
+  PA_REQUIRE(!running_.empty() && running_.back() == &victim, "preempt: only the newest running request");
+  running_.pop_back();
+  blocks_->release(victim.seq);
+  victim.seq = -1;
+  victim.num_computed = 0;
+  waiting_.push_front(&victim);
+  ++stats_.preemptions;
+}
+
+// ANCHOR: hybrid_step
+HybridStepReport HybridEngine::step() {
+  HybridStepReport rep;
+  rep.step = now_;
+  while (!pending_.empty() && pending_.front()->arrival_step <= now_) {
+    waiting_.push_back(pending_.front());
+    pending_.erase(pending_.begin());
+  }
+  struct Scheduled {
+    Req* r;
+    int n;
+  };
+  std::vector<Scheduled> sched;
+  int budget = cfg_.max_tokens_per_step;
+  // The blocks the step takes so far plus n tokens of r: the manager's step_blocks, which
+  // counts what each group's window frees before it appends.
+  auto takes = [&](const Req* r, int n) {
+    std::vector<int> ids, counts;
+    for (const Scheduled& e : sched) {
+      ids.push_back(e.r->seq);
+      counts.push_back(e.n);
+    }
+    if (r) {
+      ids.push_back(r->seq);
+      counts.push_back(n);
+    }
+    return blocks_->step_blocks(ids, counts);
+  };
+  auto fits = [&](const Req* r, int n) { return takes(r, n) <= blocks_->num_free(); };
+  // 1. Running requests, oldest first; no room: the newest is preempted (maybe this one).
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Req* r = running_[i];
+    const int n = std::min(int(r->tokens.size()) - r->num_computed, budget);
+    if (n == 0) continue;
+    bool gone = false;
+    while (!fits(r, n)) {
+      Req* victim = running_.back();
+      preempt(*victim);
+      ++rep.preempted;
+      if (victim == r) {
+        gone = true;
+        break;
+      }
+    }
+    if (gone) break;
+    sched.push_back({r, n});
+    budget -= n;
+  }
+  // 2. Waiting requests, FIFO, while the footprint of the prompt and its next token fits
+  //    beside what the step takes; the first chunk is as long as the free blocks allow.
+  while (rep.preempted == 0 && !waiting_.empty() && int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
+    Req* r = waiting_.front();
+    if (blocks_->restore_blocks(int(r->tokens.size()) + 1) > blocks_->num_free() - takes(nullptr, 0)) break;
+    waiting_.pop_front();
+    r->seq = next_seq_++;
+    blocks_->add_sequence(r->seq);
+    running_.push_back(r);
+    int n = std::min(int(r->tokens.size()), budget), lo = 0;
+    if (!fits(r, n)) {
+      while (n - lo > 1) {
+        const int mid = (lo + n) / 2;
+        (fits(r, mid) ? lo : n) = mid;
+      }
+      n = lo;
+    }
+    if (n == 0) continue;
+    sched.push_back({r, n});
+    budget -= n;
+  }
+  rep.waiting = int(waiting_.size() + pending_.size());
+  rep.running = int(running_.size());
+  stats_.peak_running = std::max(stats_.peak_running, rep.running);
+  ++now_;
+  ++stats_.steps;
+  if (sched.empty()) {
+    rep.blocks_held = blocks_->num_held();
+    PA_REQUIRE(!pending_.empty() || waiting_.empty(),
+               "scheduler stuck at step " << rep.step << ": " << waiting_.size() << " waiting, none admitted");
+    return rep;
+  }
+
+  // The step's metadata, one batch per layer group: the same tokens, each group its own
+  // block tables (null entries where a window gave a block back) and slots.
+  const int G = blocks_->num_groups();
+  ch08::StepInput in;
+  in.groups.resize(size_t(G));
+  std::vector<int> ids;
+  std::vector<Req*> logit_req;
+  for (ch03::BatchMetadata& b : in.groups) b.query_start_loc.push_back(0);
+  for (const Scheduled& e : sched) {
+    Req& r = *e.r;
+    const std::vector<std::vector<int64_t>> slots = blocks_->append_slots(r.seq, e.n);
+    ids.push_back(r.seq);
+    for (int g = 0; g < G; ++g) {
+      ch03::BatchMetadata& b = in.groups[size_t(g)];
+      b.slot_mapping.insert(b.slot_mapping.end(), slots[size_t(g)].begin(), slots[size_t(g)].end());
+      b.context_lens.push_back(r.num_computed + e.n);
+      b.query_start_loc.push_back(b.query_start_loc.back() + e.n);
+    }
+    for (int j = 0; j < e.n; ++j) {
+      in.tokens.push_back(r.tokens[size_t(r.num_computed + j)]);
+      in.positions.push_back(r.num_computed + j);
+    }
+    if (r.num_computed + e.n == int(r.tokens.size())) {
+      in.logit_rows.push_back(int(in.tokens.size()) - 1);
+      logit_req.push_back(&r);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    PA_REQUIRE(blocks_->take_copies(g).empty(), "HybridEngine: a copy-on-write copy without a fork");
+    HybridBlockManager::GroupTable t = blocks_->block_table(g, ids);
+    ch03::BatchMetadata& b = in.groups[size_t(g)];
+    b.num_seqs = int(ids.size());
+    b.max_blocks_per_seq = t.max_blocks_per_seq;
+    b.block_table = std::move(t.block_table);
+  }
+  in.batch = in.groups[0];
+  rep.num_tokens = int(in.tokens.size());
+  rep.blocks_held = blocks_->num_held();
+  stats_.peak_blocks_held = std::max(stats_.peak_blocks_held, rep.blocks_held);
+  for (const Req* r : running_) {
+    int n = 0;
+    for (const Scheduled& e : sched) n = e.r == r ? e.n : n;
+    rep.seqs.push_back({r->num_computed, n});
+  }
+  const std::vector<float> logits = model_.forward_paged(in, kv_);
+
+  // Computed: each window gives back what no later query sees; a finished prompt or token
+  // chooses the next token (greedy); a request that is done releases every group's blocks.
+  const int vocab = model_.config().vocab_size;
+  for (const Scheduled& e : sched) {
+    e.r->num_computed += e.n;
+    stats_.computed_tokens += e.n;
+    blocks_->free_dead_blocks(e.r->seq);
+  }
+  for (size_t k = 0; k < logit_req.size(); ++k) {
+    Req& r = *logit_req[k];
+    const float* row = logits.data() + int64_t(k) * vocab;
+    r.tokens.push_back(ch08::argmax(row, vocab));
+    ++stats_.generated_tokens;
+    if (cfg_.record_logits) logits_[r.id].emplace_back(row, row + vocab);
+    if (int(r.tokens.size()) - r.prompt_len == r.max_new_tokens) {
+      blocks_->release(r.seq);
+      outputs_[r.id].assign(r.tokens.begin() + r.prompt_len, r.tokens.end());
+      running_.erase(std::find(running_.begin(), running_.end(), &r));
+      ++rep.finished;
+      ++stats_.finished;
+    }
+  }
+  return rep;
+}
+// ANCHOR_END: hybrid_step
+
+}  // namespace pa::ch12

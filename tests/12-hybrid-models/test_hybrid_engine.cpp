@@ -1,0 +1,149 @@
+// Chapter 12 in the engine: TinyModel with a layer pattern (sliding-window and full
+// layers, sinks), served from the hybrid manager's per-group block tables, must compute
+// the model that the dense path (chapter 1's caches, every key kept, the window and the
+// sinks applied in a reference kernel) computes: the same greedy tokens and the same
+// logits up to the 16-bit cache's rounding. The pools start NaN-filled and the manager
+// never hands out the null block, so a kernel that reads a freed entry shows as NaN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compare.h"
+#include "pa/ch10_varlen.h"
+#include "pa/ch12_engine.h"
+#include "pa/trace.h"
+
+namespace {
+
+using pa::ch12::HybridEngine;
+using pa::ch12::HybridEngineConfig;
+
+std::vector<int> tokens(int n, uint64_t seed) {
+  pa::SplitMix64 rng(seed);
+  std::vector<int> t(static_cast<size_t>(n));
+  for (int& e : t) e = int(rng.uniform_int(0, 127));
+  return t;
+}
+
+// Three layers: two sliding (window 20, its edge inside a block of 8), then one full.
+pa::ch08::ModelConfig hybrid_config(bool sinks) {
+  pa::ch08::ModelConfig mc;
+  mc.num_layers = 3;
+  mc.kv_dtype = pa::DType::fp16;
+  mc.windows = pa::ch08::ModelConfig::layer_pattern(3, 2, 1, 20);
+  if (sinks) mc.sinks = {0.5f, -1.f, 2.f, 0.f};
+  return mc;
+}
+
+// Prompts longer than the window, one of a single token; 12 new tokens each.
+const int kLens[] = {45, 30, 1, 23};
+constexpr int kNew = 12;
+
+struct Served {
+  std::map<int, std::vector<int>> outputs;
+  std::map<int, std::vector<std::vector<float>>> logits;
+  pa::ch12::HybridEngineStats stats;
+  int mismatched_steps = 0;  // steps whose blocks held differ from the closed form
+  std::string first_mismatch;
+};
+
+Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int chunk) {
+  model.set_step_attention(std::make_shared<pa::ch12::HybridStepAttention>());
+  HybridEngineConfig cfg;
+  cfg.num_blocks = num_blocks;
+  cfg.block_size = 8;
+  cfg.max_seq_len = 64;
+  cfg.max_tokens_per_step = chunk;  // small: prompts in chunks, mixed with decodes
+  cfg.free_windows = free_windows;
+  cfg.record_logits = true;
+  HybridEngine engine(model, cfg);
+  for (int i = 0; i < 4; ++i) engine.add_request({i, tokens(kLens[i], 900 + uint64_t(i)), kNew, i});
+  Served out;
+  const std::vector<int> windows = model.config().group_windows();
+  engine.run([&](const pa::ch12::HybridStepReport& rep) {
+    int want = 0;
+    for (const auto& [c, n] : rep.seqs) want += pa::ch12::predicted_blocks(windows, free_windows, 8, c, n);
+    if (!rep.seqs.empty() && want != rep.blocks_held && out.mismatched_steps++ == 0)
+      out.first_mismatch = "step " + std::to_string(rep.step) + ": held " + std::to_string(rep.blocks_held) +
+                           ", the closed form says " + std::to_string(want);
+  });
+  EXPECT_EQ(engine.blocks().num_held(), 0) << "blocks leaked";
+  EXPECT_EQ(engine.blocks().num_free(), num_blocks - 1) << "blocks leaked";
+  out.outputs = engine.outputs();
+  out.logits = engine.logits();
+  out.stats = engine.stats();
+  return out;
+}
+
+void expect_dense(pa::ch08::TinyModel& model, const Served& got, const std::string& what) {
+  std::vector<std::vector<int>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(tokens(kLens[i], 900 + uint64_t(i)));
+  const auto dense = pa::ch08::generate_dense(model, prompts, std::vector<int>(4, kNew));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(got.outputs.count(i), 1u) << what << ": request " << i << " did not finish";
+    EXPECT_EQ(got.outputs.at(i), dense[size_t(i)].tokens) << what << ": request " << i;
+    const auto& rows = got.logits.at(i);
+    ASSERT_EQ(rows.size(), dense[size_t(i)].logits.size()) << what << ": request " << i;
+    for (size_t t = 0; t < rows.size(); ++t) {
+      const std::vector<double> w(dense[size_t(i)].logits[t].begin(), dense[size_t(i)].logits[t].end());
+      EXPECT_TRUE(pa::test::all_close(rows[t], w, {{"logit", int64_t(w.size())}}, 5e-2, 5e-2))
+          << what << ": request " << i << ", generated token " << t;
+    }
+  }
+}
+
+TEST(HybridInTheEngine, PagedGivesTheDenseModelsTokensAndLogits) {
+  for (bool sinks : {false, true})
+    for (bool free_windows : {true, false}) {
+      const std::string what = std::string(sinks ? "sinks" : "no sinks") + (free_windows ? ", windows free blocks" : ", every block kept");
+      pa::ch08::TinyModel model(hybrid_config(sinks));
+      const Served got = serve(model, free_windows, 48, 16);
+      expect_dense(model, got, what);
+      EXPECT_EQ(got.mismatched_steps, 0) << what << ": " << got.first_mismatch;
+    }
+}
+
+TEST(HybridInTheEngine, TheWindowsChangeTheTokens) {  // so the test above can see a window ignored
+  pa::ch08::ModelConfig full = hybrid_config(false);
+  full.windows.clear();
+  pa::ch08::TinyModel windowed(hybrid_config(false)), plain(full);
+  const std::vector<int> prompt = tokens(kLens[0], 900);
+  EXPECT_NE(pa::ch08::generate_dense(windowed, {prompt}, {kNew})[0].tokens,
+            pa::ch08::generate_dense(plain, {prompt}, {kNew})[0].tokens);
+}
+
+TEST(HybridInTheEngine, FreedBlocksLowerThePeakAndPreemptionRecomputes) {
+  pa::ch08::TinyModel model(hybrid_config(true));
+  const Served kept = serve(model, false, 48, 16), freed = serve(model, true, 48, 16);
+  EXPECT_LT(freed.stats.peak_blocks_held, kept.stats.peak_blocks_held);
+  // A pool too small for all four at once: requests are preempted and recomputed.
+  const Served tight = serve(model, true, 20, 16);
+  EXPECT_GT(tight.stats.preemptions, 0) << "the pool of 19 blocks should force a preemption";
+  EXPECT_EQ(tight.mismatched_steps, 0) << tight.first_mismatch;
+  expect_dense(model, tight, "a pool of 19 blocks");
+}
+
+TEST(HybridInTheEngine, BadPatternsAndAttentionsAreRefusedByName) {
+  pa::ch08::ModelConfig mc = hybrid_config(false);
+  mc.windows = {20, 0};
+  EXPECT_TRUE(pa::test::error_contains([&] { pa::ch08::TinyModel m(mc); }, "windows: one per layer: expected 3"));
+  mc.windows = {20, -4, 0};
+  EXPECT_TRUE(pa::test::error_contains([&] { pa::ch08::TinyModel m(mc); }, "layer 1 has window -4"));
+  mc = hybrid_config(true);
+  mc.sinks.pop_back();
+  EXPECT_TRUE(pa::test::error_contains([&] { pa::ch08::TinyModel m(mc); }, "sinks: one per query head: expected 4"));
+  pa::ch08::TinyModel model(hybrid_config(false));
+  HybridEngineConfig cfg;
+  cfg.block_size = 8;
+  {
+    HybridEngine engine(model, cfg);  // no step attention set
+    engine.add_request({0, tokens(5, 1), 2, 0});
+    EXPECT_TRUE(pa::test::error_contains([&] { engine.run(); }, "needs a step attention that takes them"));
+  }
+  model.set_step_attention(std::make_shared<pa::ch10::VarlenStepAttention>());
+  HybridEngine engine(model, cfg);
+  engine.add_request({0, tokens(5, 1), 2, 0});
+  EXPECT_TRUE(pa::test::error_contains([&] { engine.run(); }, "layer group 0 has a sliding window of 20"));
+}
+
+}  // namespace
