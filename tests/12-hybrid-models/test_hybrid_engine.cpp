@@ -123,6 +123,31 @@ TEST(HybridInTheEngine, FreedBlocksLowerThePeakAndPreemptionRecomputes) {
   expect_dense(model, tight, "a pool of 19 blocks");
 }
 
+TEST(HybridInTheEngine, LayerGroupsSharePoolsWithOnePageSize) {
+  pa::ch08::ModelConfig mc;
+  mc.num_layers = 12;  // Gemma 3: 5 sliding : 1 full -> 10 and 2 layers, groups of gcd = 2
+  mc.windows = pa::ch08::ModelConfig::layer_pattern(12, 5, 1, 1024);
+  EXPECT_EQ(mc.layers_per_group(), 2);
+  EXPECT_EQ(mc.group_windows(), (std::vector<int>{1024, 1024, 1024, 0, 1024, 1024}));
+  const int group[] = {0, 0, 1, 1, 2, 3, 2, 4, 4, 5, 5, 3}, slot[] = {0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 1, 1};
+  for (int l = 0; l < 12; ++l) {
+    EXPECT_EQ(mc.layer_group(l), group[l]) << "layer " << l;
+    EXPECT_EQ(mc.layer_slot(l), slot[l]) << "layer " << l;
+  }
+  mc.windows = pa::ch08::ModelConfig::layer_pattern(24, 1, 1, 128);  // gpt-oss: alternating
+  mc.num_layers = 24;
+  EXPECT_EQ(mc.layers_per_group(), 12);
+  EXPECT_EQ(mc.group_windows(), (std::vector<int>{128, 0}));
+  mc.windows.clear();  // one window: one group of every layer, pool l for layer l (chapter 8)
+  EXPECT_EQ(mc.layers_per_group(), 24);
+  EXPECT_EQ(mc.layer_slot(17), 17);
+  // The closed form by hand (block 8, window 20): 45 computed + 1 new -> blocks 3..5.
+  EXPECT_EQ(pa::ch12::predicted_blocks({20}, true, 8, 45, 1), 3);
+  EXPECT_EQ(pa::ch12::predicted_blocks({20, 0}, true, 8, 45, 1), 3 + 6);
+  EXPECT_EQ(pa::ch12::predicted_blocks({20, 0}, false, 8, 45, 1), 6 + 6);
+  EXPECT_EQ(pa::ch12::predicted_blocks({20}, true, 8, 0, 16), 2);  // a first chunk frees nothing
+}
+
 TEST(HybridInTheEngine, BadPatternsAndAttentionsAreRefusedByName) {
   pa::ch08::ModelConfig mc = hybrid_config(false);
   mc.windows = {20, 0};
