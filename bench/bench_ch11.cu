@@ -11,7 +11,8 @@
 // block size 16 beside FlashMLA's 64), then sweeps over h_q x s_q, the batch and the context.
 // Bytes: every sequence's whole latent context once (1,152 bytes a token) plus q and out.
 // FLOPs: 2 * (576 + 512) * h_q per (query row, key it attends), causal, exact.
-//   usage: bench_ch11 [--csv FILE] [--md FILE] [--cases FILE] [--only TEXT] [--list]
+//   usage: bench_ch11 [--csv FILE] [--md FILE] [--cases FILE] [--only TEXT] [--list] [--fp8]
+//   (--fp8: the same cases over the fp8 latent pool, 656 bytes a token read, named "... e4m3")
 // --cases: the case file (default: the source tree's bench/ch11_cases.txt, else
 // ./bench/ch11_cases.txt); --only: the cases whose name holds TEXT; --list: print the
 // cases and exit before touching the GPU. The CSV has one row per case, TFLOP/s included
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
@@ -64,6 +66,29 @@ std::vector<Case> load_cases(int argc, char** argv) {
 }
 
 std::string csv_quoted(const std::string& s) { return "\"" + s + "\""; }  // names hold no '"'
+
+// An e4m3 byte's value (chapter 6's format: 4 exponent bits, bias 7, 3 mantissa bits; S.1111.111
+// is NaN), on the host, to check the fp8 kernel against a pool dequantized here.
+float e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return NAN;
+  const float v = e == 0 ? std::ldexp(m / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return b & 0x80 ? -v : v;
+}
+
+// An fp8 pool's rows as 16-bit rows [c_kv * tile scale | k_rope] (what the fp8 kernel attends).
+std::vector<bf16> dequantized(const std::vector<uint8_t>& pool, size_t rows) {
+  std::vector<bf16> out(rows * m::kRowWidth);
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* row = pool.data() + r * m::kFp8RowBytes;
+    float scale[m::kFp8Scales];
+    std::memcpy(scale, row + m::kFp8ScalesAt, sizeof scale);
+    for (int c = 0; c < m::kLatentDim; ++c)
+      out[r * m::kRowWidth + c] = pa::from_float<bf16>(e4m3_value(row[c]) * scale[c / m::kFp8Tile]);
+    std::memcpy(&out[r * m::kRowWidth + m::kLatentDim], row + m::kFp8RopeAt, 2 * m::kRopeDim);
+  }
+  return out;
+}
 
 // The rows check_rows compares: the first, the longest and the last sequence's new tokens,
 // at heads 0, stride, 2 * stride, ... and h_q - 1, the stride the smallest power of two that
@@ -130,8 +155,12 @@ double check_rows(const Case& c, const std::vector<int>& table, int max_blocks,
 int main(int argc, char** argv) {
   const auto outputs = pa::bench::parse_outputs(argc, argv);
   std::vector<Case> cases;
+  // --fp8: every case over chapter 11's fp8 latent pool (656 bytes a token), named "... e4m3".
+  const bool fp8 = has_flag(argc, argv, "--fp8");
   try {
     cases = load_cases(argc, argv);
+    if (fp8)
+      for (Case& c : cases) c.name += " e4m3";
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ch11: %s\n", e.what());
     return 2;
@@ -171,18 +200,36 @@ int main(int argc, char** argv) {
       table.assign(size_t(B) * max_blocks, 0);
       for (int b = 0, next = 0; b < B; ++b)
         for (int j = 0; j < (c.lens[b] + c.block - 1) / c.block; ++j) table[size_t(b) * max_blocks + j] = perm[next++];
-      const m::MlaShape s{B, qsl[B], c.hq, c.block, num_blocks, max_blocks};
-      const size_t pool_n = size_t(num_blocks) * c.block * m::kRowWidth;
+      m::MlaShape s{B, qsl[B], c.hq, c.block, num_blocks, max_blocks};
+      if (fp8) s.latent = m::LatentFormat::fp8_e4m3;
+      const size_t slots = size_t(num_blocks) * c.block;
+      const size_t pool_n = slots * m::kRowWidth;
       const size_t q_n = size_t(qsl[B]) * c.hq * m::kRowWidth, o_n = size_t(qsl[B]) * c.hq * m::kLatentDim;
-      const double bytes = 2.0 * (tokens * m::kRowWidth + double(q_n) + double(o_n));
+      const double row_bytes = fp8 ? double(m::kFp8RowBytes) : 2.0 * m::kRowWidth;  // read a token
+      const double bytes = tokens * row_bytes + 2.0 * (double(q_n) + double(o_n));
       const double flops = 2.0 * (m::kRowWidth + m::kLatentDim) * c.hq * keys;
       const int copies = pa::bench::rotation_count(size_t(bytes));
       std::vector<pa::DeviceBuffer<bf16>> pools, qs;
+      std::vector<pa::DeviceBuffer<uint8_t>> pools8;
       for (int k = 0; k < copies; ++k) {
-        pools.emplace_back(pool_n);
-        pa::bench::fill_random_half(pools.back().get(), pool_n, 100 + k, true);
         qs.emplace_back(q_n);
         pa::bench::fill_random_half(qs.back().get(), q_n, 200 + k, true);
+        if (!fp8) {
+          pools.emplace_back(pool_n);
+          pa::bench::fill_random_half(pools.back().get(), pool_n, 100 + k, true);
+          continue;
+        }
+        // Every slot written by chapter 11's quantizing writer from random c_kv and k_rope.
+        pa::DeviceBuffer<bf16> ckv(slots * m::kLatentDim), rope(slots * m::kRopeDim);
+        pa::bench::fill_random_half(ckv.get(), slots * m::kLatentDim, 100 + k, true);
+        pa::bench::fill_random_half(rope.get(), slots * m::kRopeDim, 300 + k, true);
+        std::vector<int64_t> slot_ids(slots);
+        for (size_t i = 0; i < slots; ++i) slot_ids[i] = int64_t(i);
+        pa::DeviceBuffer<int64_t> d_slots(slots);
+        d_slots.upload(slot_ids);
+        pools8.emplace_back(slots * m::kFp8RowBytes);
+        m::reshape_and_cache_latent_fp8<bf16>(m::LatentPoolShape{num_blocks, c.block}, ckv.get(), rope.get(),
+                                              int(slots), pools8.back().get(), d_slots.get());
       }
       pa::DeviceBuffer<bf16> out(o_n);
       pa::DeviceBuffer<int> d_table(table.size()), d_lens(B), d_qsl(B + 1);
@@ -194,12 +241,16 @@ int main(int argc, char** argv) {
       const float scale = 1.0f / std::sqrt(192.0f);
       auto run = [&](int i) {
         const int k = i % copies;
-        dec.run(out.get(), qs[k].get(), pools[k].get(), d_table.get(), d_lens.get(), d_qsl.get(), scale);
+        if (fp8)
+          dec.run(out.get(), qs[k].get(), pools8[k].get(), d_table.get(), d_lens.get(), d_qsl.get(), scale);
+        else
+          dec.run(out.get(), qs[k].get(), pools[k].get(), d_table.get(), d_lens.get(), d_qsl.get(), scale);
       };
       run(0);
       PA_CUDA_CHECK(cudaDeviceSynchronize());
-      const double err = check_rows(c, table, max_blocks, qsl, pools[0].download(), qs[0].download(),
-                                    out.download(), scale);
+      const double err = check_rows(c, table, max_blocks, qsl,
+                                    fp8 ? dequantized(pools8[0].download(), slots) : pools[0].download(),
+                                    qs[0].download(), out.download(), scale);
       if (!(err < 2e-2)) {
         std::printf("MISMATCH %s: max |out - ref| / max |ref| = %.2e (not timed)\n", c.name.c_str(), err);
         failed = true;
@@ -210,7 +261,7 @@ int main(int argc, char** argv) {
       std::printf("%-44s %10.1f %9.2f %7.1f%% %10.1f\n", c.name.c_str(), us, tbps,
                   100.0 * tbps / ceil.read_tbps, flops / us / 1e6);
       std::fflush(stdout);
-      rows.push_back({"ch11 mla decode", c.name, us, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
+      rows.push_back({fp8 ? "ch11 mla decode e4m3" : "ch11 mla decode", c.name, us, bytes, tbps, 100.0 * tbps / ceil.read_tbps, "read"});
       row_flops.push_back(flops);
     } catch (const std::exception& e) {  // a case the kernel refuses: said, and the others still run
       std::printf("FAILED %s: %s\n", c.name.c_str(), e.what());
