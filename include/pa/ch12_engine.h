@@ -68,6 +68,10 @@ struct HybridEngineConfig {
   int max_seq_len = 256;
   bool free_windows = true;   // false: sliding layers keep every block (the baseline)
   bool record_logits = false;
+  // Preemption: swap copies the victim's live blocks (every group's non-null entries) to
+  // host memory and restore() brings them back; recompute, or a host without room, drops them.
+  ch08::Preemption preemption = ch08::Preemption::recompute;
+  int num_swap_blocks = 0;  // host blocks for swapped-out sequences
 };
 
 struct HybridStepReport {
@@ -82,6 +86,7 @@ struct HybridStepReport {
 
 struct HybridEngineStats {
   int steps = 0, finished = 0, peak_running = 0, preemptions = 0, peak_blocks_held = 0;
+  int swap_outs = 0, swap_ins = 0, recomputes = 0;
   int64_t computed_tokens = 0, generated_tokens = 0;
 };
 
@@ -109,15 +114,20 @@ class HybridEngine {
     int id = 0, seq = -1, prompt_len = 0, max_new_tokens = 0, arrival_step = 0;
     std::vector<int> tokens;  // prompt, then the generated tokens
     int num_computed = 0;
+    std::vector<std::vector<int>> host_blocks;  // swapped out: per group, per entry (-1: null)
   };
   void preempt(Req& victim);
+  void swap_in(Req& r);
+  std::vector<void*> host_pools(std::vector<std::vector<uint8_t>>& host);
   ch08::TinyModel& model_;
   HybridEngineConfig cfg_;
   std::unique_ptr<HybridBlockManager> blocks_;
   ch08::PagedKV kv_;
   std::map<int, std::unique_ptr<Req>> reqs_;
   std::vector<Req*> pending_;  // by arrival step
-  std::deque<Req*> waiting_;
+  std::deque<Req*> waiting_, swapped_;
+  std::vector<std::vector<uint8_t>> host_k_, host_v_;  // swap space, per pool
+  std::unique_ptr<ch02::BlockAllocator> host_alloc_;
   std::vector<Req*> running_;  // admission order
   std::map<int, std::vector<int>> outputs_;
   std::map<int, std::vector<std::vector<float>>> logits_;

@@ -35,6 +35,18 @@ HybridEngine::HybridEngine(ch08::TinyModel& model, const HybridEngineConfig& cfg
   PA_REQUIRE(cfg.max_num_seqs > 0 && cfg.max_tokens_per_step > 0 && cfg.max_seq_len > 0,
              "max_num_seqs, max_tokens_per_step and max_seq_len must be positive");
   PA_REQUIRE(!model.config().mla(), "HybridEngine: an MLA model runs in chapter 8's Engine");
+  PA_REQUIRE(cfg.num_swap_blocks >= 0, "num_swap_blocks must not be negative");
+  host_alloc_.reset(new ch02::BlockAllocator(std::max(cfg.num_swap_blocks, 1)));
+  for (size_t i = 0; i < kv_.k_pools().size(); ++i) {
+    host_k_.emplace_back(size_t(cfg.num_swap_blocks) * size_t(kv_.block_bytes()));
+    host_v_.emplace_back(size_t(cfg.num_swap_blocks) * size_t(kv_.block_bytes()));
+  }
+}
+
+std::vector<void*> HybridEngine::host_pools(std::vector<std::vector<uint8_t>>& host) {
+  std::vector<void*> out;
+  for (auto& h : host) out.push_back(h.data());
+  return out;
 }
 
 void HybridEngine::add_request(const ch08::EngineRequest& r) {
@@ -65,7 +77,9 @@ void HybridEngine::add_request(const ch08::EngineRequest& r) {
   reqs_.emplace(r.id, std::move(q));
 }
 
-bool HybridEngine::done() const { return pending_.empty() && waiting_.empty() && running_.empty(); }
+bool HybridEngine::done() const {
+  return pending_.empty() && waiting_.empty() && swapped_.empty() && running_.empty();
+}
 
 void HybridEngine::run(const std::function<void(const HybridStepReport&)>& on_step) {
   while (!done()) {
@@ -74,17 +88,66 @@ void HybridEngine::run(const std::function<void(const HybridStepReport&)>& on_st
   }
 }
 
-// Recompute: the victim's blocks go back in every group, and its tokens (prompt and
-// generated so far) are computed again as one prompt when it is readmitted.
+// ANCHOR: hybrid_preempt
+// Swap: every group's live blocks (the non-null entries) go to host blocks, whole blocks of
+// every pool, and the sequence keeps its computed tokens. Recompute: its blocks go back and
+// its tokens (prompt and generated so far) are computed again as one prompt.
 void HybridEngine::preempt(Req& victim) {
   PA_REQUIRE(!running_.empty() && running_.back() == &victim, "preempt: only the newest running request");
   running_.pop_back();
+  ++stats_.preemptions;
+  int live = 0;
+  for (int g = 0; g < blocks_->num_groups(); ++g)
+    for (int b : blocks_->block_list(g, victim.seq)) live += b != kNullBlock;
+  if (cfg_.preemption == ch08::Preemption::swap && cfg_.num_swap_blocks > 0 && host_alloc_->num_free() >= live) {
+    std::vector<ch07::BlockCopy> copies;
+    victim.host_blocks.assign(size_t(blocks_->num_groups()), {});
+    for (int g = 0; g < blocks_->num_groups(); ++g)
+      for (int b : blocks_->block_list(g, victim.seq)) {
+        const int h = b == kNullBlock ? -1 : host_alloc_->allocate();
+        if (h >= 0) copies.push_back({b, h});
+        victim.host_blocks[size_t(g)].push_back(h);
+      }
+    ch08::swap_blocks(kv_.k_pools(), kv_.v_pools(), host_pools(host_k_), host_pools(host_v_), kv_.shape,
+                      kv_.elem_bytes(), cfg_.num_blocks, host_alloc_->num_blocks(), copies, cudaMemcpyDeviceToHost);
+    blocks_->release(victim.seq);
+    victim.seq = -1;
+    swapped_.push_back(&victim);
+    ++stats_.swap_outs;
+    return;
+  }
   blocks_->release(victim.seq);
   victim.seq = -1;
   victim.num_computed = 0;
   waiting_.push_front(&victim);
-  ++stats_.preemptions;
+  ++stats_.recomputes;
 }
+
+// The manager's restore() gives each group fresh blocks for the entries a query from the
+// computed length on can see (null before them): the entries swapped out, no more.
+void HybridEngine::swap_in(Req& r) {
+  r.seq = next_seq_++;
+  blocks_->restore(r.seq, r.num_computed);
+  std::vector<ch07::BlockCopy> copies;
+  for (int g = 0; g < blocks_->num_groups(); ++g) {
+    const std::vector<int>& gpu = blocks_->block_list(g, r.seq);
+    const std::vector<int>& host = r.host_blocks[size_t(g)];
+    PA_REQUIRE(gpu.size() == host.size(), "swap_in: group " << g << " has " << gpu.size() << " entries, "
+                                                              << host.size() << " were swapped out");
+    for (size_t j = 0; j < gpu.size(); ++j) {
+      PA_REQUIRE((gpu[j] == kNullBlock) == (host[j] < 0),
+                 "swap_in: group " << g << " entry " << j << " is live on one side only");
+      if (host[j] >= 0) copies.push_back({host[j], gpu[j]});
+    }
+  }
+  ch08::swap_blocks(host_pools(host_k_), host_pools(host_v_), kv_.k_pools(), kv_.v_pools(), kv_.shape,
+                    kv_.elem_bytes(), host_alloc_->num_blocks(), cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
+  for (const ch07::BlockCopy& c : copies) host_alloc_->free(c.src);
+  r.host_blocks.clear();
+  running_.push_back(&r);
+  ++stats_.swap_ins;
+}
+// ANCHOR_END: hybrid_preempt
 
 // ANCHOR: hybrid_step
 HybridStepReport HybridEngine::step() {
@@ -134,16 +197,9 @@ HybridStepReport HybridEngine::step() {
     sched.push_back({r, n});
     budget -= n;
   }
-  // 2. Waiting requests, FIFO, while the footprint of the prompt and its next token fits
-  //    beside what the step takes; the first chunk is as long as the free blocks allow.
-  while (rep.preempted == 0 && !waiting_.empty() && int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
-    Req* r = waiting_.front();
-    if (blocks_->restore_blocks(int(r->tokens.size()) + 1) > blocks_->num_free() - takes(nullptr, 0)) break;
-    waiting_.pop_front();
-    r->seq = next_seq_++;
-    blocks_->add_sequence(r->seq);
-    running_.push_back(r);
-    int n = std::min(int(r->tokens.size()), budget), lo = 0;
+  // 2. Swapped requests come back first (FIFO), when their live blocks fit.
+  auto longest_fit = [&](Req* r) {
+    int n = std::min(int(r->tokens.size()) - r->num_computed, budget), lo = 0;
     if (!fits(r, n)) {
       while (n - lo > 1) {
         const int mid = (lo + n) / 2;
@@ -151,19 +207,39 @@ HybridStepReport HybridEngine::step() {
       }
       n = lo;
     }
-    if (n == 0) continue;
+    if (n == 0) return;
     sched.push_back({r, n});
     budget -= n;
+  };
+  while (rep.preempted == 0 && !swapped_.empty() && int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
+    Req* r = swapped_.front();
+    if (blocks_->restore_blocks(r->num_computed) > blocks_->num_free() - takes(nullptr, 0)) break;
+    swapped_.pop_front();
+    swap_in(*r);
+    longest_fit(r);
   }
-  rep.waiting = int(waiting_.size() + pending_.size());
+  // 3. Waiting requests, FIFO, while the footprint of the prompt and its next token fits
+  //    beside what the step takes; the first chunk is as long as the free blocks allow.
+  while (rep.preempted == 0 && swapped_.empty() && !waiting_.empty() && int(running_.size()) < cfg_.max_num_seqs &&
+         budget > 0) {
+    Req* r = waiting_.front();
+    if (blocks_->restore_blocks(int(r->tokens.size()) + 1) > blocks_->num_free() - takes(nullptr, 0)) break;
+    waiting_.pop_front();
+    r->seq = next_seq_++;
+    blocks_->add_sequence(r->seq);
+    running_.push_back(r);
+    longest_fit(r);
+  }
+  rep.waiting = int(waiting_.size() + pending_.size() + swapped_.size());
   rep.running = int(running_.size());
   stats_.peak_running = std::max(stats_.peak_running, rep.running);
   ++now_;
   ++stats_.steps;
   if (sched.empty()) {
     rep.blocks_held = blocks_->num_held();
-    PA_REQUIRE(!pending_.empty() || waiting_.empty(),
-               "scheduler stuck at step " << rep.step << ": " << waiting_.size() << " waiting, none admitted");
+    PA_REQUIRE(!pending_.empty() || (waiting_.empty() && swapped_.empty()),
+               "scheduler stuck at step " << rep.step << ": " << waiting_.size() << " waiting and " << swapped_.size()
+                                          << " swapped, none admitted");
     return rep;
   }
 

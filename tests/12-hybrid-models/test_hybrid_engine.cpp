@@ -47,7 +47,7 @@ struct Served {
   std::string first_mismatch;
 };
 
-Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int chunk) {
+Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int chunk, bool swap = false) {
   model.set_step_attention(std::make_shared<pa::ch12::HybridStepAttention>());
   HybridEngineConfig cfg;
   cfg.num_blocks = num_blocks;
@@ -56,6 +56,10 @@ Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int 
   cfg.max_tokens_per_step = chunk;  // small: prompts in chunks, mixed with decodes
   cfg.free_windows = free_windows;
   cfg.record_logits = true;
+  if (swap) {
+    cfg.preemption = pa::ch08::Preemption::swap;
+    cfg.num_swap_blocks = 64;
+  }
   HybridEngine engine(model, cfg);
   for (int i = 0; i < 4; ++i) engine.add_request({i, tokens(kLens[i], 900 + uint64_t(i)), kNew, i});
   Served out;
@@ -120,7 +124,14 @@ TEST(HybridInTheEngine, FreedBlocksLowerThePeakAndPreemptionRecomputes) {
   const Served tight = serve(model, true, 20, 16);
   EXPECT_GT(tight.stats.preemptions, 0) << "the pool of 19 blocks should force a preemption";
   EXPECT_EQ(tight.mismatched_steps, 0) << tight.first_mismatch;
+  EXPECT_EQ(tight.stats.recomputes, tight.stats.preemptions);
   expect_dense(model, tight, "a pool of 19 blocks");
+  // The same pool, swapping: every group's live blocks go to the host and come back.
+  const Served swapped = serve(model, true, 20, 16, true);
+  EXPECT_GT(swapped.stats.swap_outs, 0) << "the pool of 19 blocks should swap a request out";
+  EXPECT_EQ(swapped.stats.swap_ins, swapped.stats.swap_outs);
+  EXPECT_EQ(swapped.mismatched_steps, 0) << swapped.first_mismatch;
+  expect_dense(model, swapped, "a pool of 19 blocks, swapping");
 }
 
 TEST(HybridInTheEngine, LayerGroupsSharePoolsWithOnePageSize) {
