@@ -66,6 +66,7 @@ struct Result {
   int predicted_peak = 0, steps_matching = 0, steps_with_work = 0;
   double seconds = 0;
   std::map<int, std::vector<int>> outputs;
+  std::map<int, std::vector<std::vector<float>>> logits;
 };
 
 // ANCHOR: serve_hybrid_one
@@ -74,6 +75,7 @@ Result serve(const char* name, pa::ch08::TinyModel& model, bool free_windows, co
   model.set_step_attention(std::make_shared<pa::ch12::HybridStepAttention>());
   HybridEngineConfig cfg = base;
   cfg.free_windows = free_windows;
+  cfg.record_logits = true;
   HybridEngine engine(model, cfg);
   for (const auto& q : requests) engine.add_request(q);
   const std::vector<int> windows = model.config().group_windows();
@@ -98,6 +100,7 @@ Result serve(const char* name, pa::ch08::TinyModel& model, bool free_windows, co
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.stats = engine.stats();
   r.outputs = engine.outputs();
+  r.logits = engine.logits();
   return r;
 }
 // ANCHOR_END: serve_hybrid_one
@@ -184,10 +187,32 @@ int main(int argc, char** argv) try {
   else
     std::printf("| generated tokens/s                        | %16s | %19s |\n", "(GPU only)", "(GPU only)");
   // ANCHOR_END: hybrid_table
-  const bool same = kept.outputs == freed.outputs;
+  // Both runs compute the same model, but in different batches: the kernel's work split,
+  // and so the 16-bit rounding, differs. A token may flip only where the top two logits
+  // are nearly tied; say where, and how near.
+  int differ = 0, near_ties = 0;
+  double worst_gap = 0;
+  for (const auto& [id, toks] : kept.outputs) {
+    const std::vector<int>& other = freed.outputs.at(id);
+    size_t t = 0;
+    while (t < toks.size() && toks[t] == other[t]) ++t;
+    if (t == toks.size()) continue;
+    ++differ;
+    std::vector<float> row = kept.logits.at(id)[t];
+    std::sort(row.rbegin(), row.rend());
+    const double gap = double(row[0]) - double(row[1]);
+    worst_gap = std::max(worst_gap, gap);
+    near_ties += gap < 0.1;
+    if (!o.quiet) std::printf("request %d: token %zu differs (top-2 logit gap %.4f)\n", id, t, gap);
+  }
+  const bool same = differ == near_ties;
   const bool agree = kept.steps_matching == kept.steps_with_work && freed.steps_matching == freed.steps_with_work;
-  std::printf("\nSame tokens from both runs: %s. The closed form matches the manager at every step: %s.\n",
-              same ? "yes" : "NO", agree ? "yes" : "NO");
+  if (differ == 0) std::printf("\nSame tokens from both runs: yes.");
+  else
+    std::printf("\nRequests whose tokens differ between the runs: %d, each first at a near-tie of the top two "
+                "logits (largest gap %.4f < 0.1): %s.",
+                differ, worst_gap, same ? "yes" : "NO");
+  std::printf(" The closed form matches the manager at every step: %s.\n", agree ? "yes" : "NO");
   return same && agree ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "serve_hybrid: %s\n", e.what());
