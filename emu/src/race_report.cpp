@@ -104,9 +104,11 @@ std::string place_by_offset(const std::string& line) {
   return emu::source_line(pc);  // "  at file:line (in f)\n     inlined into ..."
 }
 
-// "    #0 func(args) /path/file.cu:12:5 (exe+0x1234)" -> "file.cu:12 (func)"
+// "    #0 func(args) /path/file.cu:12:5 (exe+0x1234)" -> "file.cu:12 (func)". The path may be
+// relative ("../tree-1/solutions/..."): ccache with CCACHE_BASEDIR writes relative paths
+// into the debug information.
 bool parse_frame(const std::string& line, std::string* out, bool* course) {
-  static const std::regex frame(R"(^\s+#\d+ (.*) (/[^ :]+):(\d+)(?::\d+)? \(.*\)$)");
+  static const std::regex frame(R"(^\s+#\d+ (.*) ([^ :]+):(\d+)(?::\d+)? \(.*\)$)");
   std::smatch m;
   if (!std::regex_match(line, m, frame)) {
     std::string placed = place_by_offset(line);
