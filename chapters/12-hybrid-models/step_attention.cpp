@@ -8,16 +8,6 @@
 
 namespace pa::ch12 {
 
-namespace {
-
-// Copies `host` into `dev`, growing it only when it is too small.
-void upload(DeviceBuffer<int>& dev, const std::vector<int>& host) {
-  if (dev.size() < host.size()) dev = DeviceBuffer<int>(std::max(host.size(), 2 * dev.size()));
-  PA_CUDA_CHECK(cudaMemcpy(dev.get(), host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
-}
-
-}  // namespace
-
 // ANCHOR: hybrid_plan
 void HybridStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, const ch08::StepCache& cache) {
   PA_REQUIRE(!cache.latent, "HybridStepAttention: windows are for K/V pools, not a latent cache (MLA)");
@@ -49,9 +39,9 @@ void HybridStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, c
                                                 : *std::max_element(batch.context_lens.begin(), batch.context_lens.end()));
       G.window.plan(s, cache.dtype, batch.block_table, batch.context_lens, batch.query_start_loc, opt);
     }
-    upload(G.block_table, batch.block_table);
-    upload(G.seq_lens, batch.context_lens);
-    upload(G.query_start_loc, batch.query_start_loc);
+    G.block_table.upload_prefix(batch.block_table);
+    G.seq_lens.upload_prefix(batch.context_lens);
+    G.query_start_loc.upload_prefix(batch.query_start_loc);
   }
   num_groups_ = int(groups.size());
   dtype_ = cache.dtype;

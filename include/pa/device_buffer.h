@@ -54,6 +54,13 @@ class DeviceBuffer {
     *this = DeviceBuffer(n > 0 ? n : 1);
     fill_bytes(fill_byte);
   }
+  // Copies host into the first host.size() elements, growing first as reserve() does (a
+  // step's metadata: the buffer keeps its address while the batch fits).
+  void upload_prefix(const std::vector<T>& host) {
+    reserve(host.size(), 0);
+    if (!host.empty())
+      PA_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
   // Fills every byte (0xFF poisons floats and halves with NaN).
   void fill_bytes(int byte) {
     if (count_) PA_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));

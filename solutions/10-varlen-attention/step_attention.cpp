@@ -4,16 +4,6 @@
 
 namespace pa::ch10 {
 
-namespace {
-
-// Copies `host` into `dev`, growing it only when it is too small.
-void upload(DeviceBuffer<int>& dev, const std::vector<int>& host) {
-  if (dev.size() < host.size()) dev = DeviceBuffer<int>(std::max(host.size(), 2 * dev.size()));
-  PA_CUDA_CHECK(cudaMemcpy(dev.get(), host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice));
-}
-
-}  // namespace
-
 void VarlenStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, const ch08::StepCache& cache) {
   PA_REQUIRE(!cache.latent, "VarlenStepAttention: chapter 10's kernel reads K/V pools, not a latent cache (MLA)");
   PA_REQUIRE(cache.dtype == DType::fp16 || cache.dtype == DType::bf16,
@@ -37,9 +27,9 @@ void VarlenStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, c
     check_metadata(s, batch.block_table, batch.context_lens, batch.query_start_loc);
     Group& G = groups_[g];
     G.runner.plan(s, cache.dtype, CacheType::model_dtype, batch.context_lens, batch.query_start_loc);
-    upload(G.block_table, batch.block_table);
-    upload(G.seq_lens, batch.context_lens);
-    upload(G.query_start_loc, batch.query_start_loc);
+    G.block_table.upload_prefix(batch.block_table);
+    G.seq_lens.upload_prefix(batch.context_lens);
+    G.query_start_loc.upload_prefix(batch.query_start_loc);
   }
   num_groups_ = int(groups.size());
   dtype_ = cache.dtype;

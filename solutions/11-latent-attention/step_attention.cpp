@@ -7,18 +7,6 @@
 
 namespace pa::ch11 {
 
-namespace {
-
-// Copies `host` into `dev`, growing it only when it is too small.
-template <typename T>
-void upload(DeviceBuffer<T>& dev, const std::vector<T>& host) {
-  if (dev.size() < host.size()) dev = DeviceBuffer<T>(std::max(host.size(), 2 * dev.size()));
-  if (!host.empty())
-    PA_CUDA_CHECK(cudaMemcpy(dev.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-
-}  // namespace
-
 MlaStepAttention::Pieces MlaStepAttention::cut(const ch03::BatchMetadata& batch) {
   const int M = batch.max_blocks_per_seq;
   PA_REQUIRE(batch.num_seqs > 0 && batch.query_start_loc.size() == size_t(batch.num_seqs) + 1 &&
@@ -65,10 +53,10 @@ void MlaStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, cons
     check_mla_metadata(s, p.block_table, p.seq_lens, p.query_start_loc);
     Group& G = groups_[g];
     G.runner.plan(s, cache.dtype, p.seq_lens, p.query_start_loc);
-    upload(G.block_table, p.block_table);
-    upload(G.seq_lens, p.seq_lens);
-    upload(G.query_start_loc, p.query_start_loc);
-    upload(G.slots, batch.slot_mapping);
+    G.block_table.upload_prefix(p.block_table);
+    G.seq_lens.upload_prefix(p.seq_lens);
+    G.query_start_loc.upload_prefix(p.query_start_loc);
+    G.slots.upload_prefix(batch.slot_mapping);
     G.num_tokens = num_tokens;
     G.pieces = s.num_seqs;
   }
