@@ -80,7 +80,7 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
   if (plan_.items.empty()) return;  // no new tokens at all
   const VarlenArgs<T, C> a{out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc,
                            items_.get(), rounds_.get(), max_logits_.get(), exp_sums_.get(),
-                           partial_out_.get(), counters_.get(), k_scale, v_scale, scale, shape_};
+                           partial_out_.get(), counters_.get(), group_counters_.get(), k_scale, v_scale, scale, shape_};
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;
     using K = Kernel<T, C, D, Mask>;

@@ -220,7 +220,7 @@ class VarlenAttention {
   DeviceBuffer<WorkItem> items_;
   std::vector<WorkItem> by_rounds_;  // the items in the device's layout
   int host_rounds_ = 0;              // the most items of any block (copied to rounds_)
-  DeviceBuffer<int> rounds_, counters_;
+  DeviceBuffer<int> rounds_, counters_, group_counters_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 // ANCHOR_END: runner

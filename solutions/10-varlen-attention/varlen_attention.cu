@@ -66,6 +66,7 @@ void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cach
   rounds_.reserve(1, 0);
   counters_.reserve(size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
   const size_t rows = size_t(plan_.partial_rows);
+  group_counters_.reserve(rows / kTileRows, 0);  // one per chunk of a split tile, zero too
   max_logits_.reserve(rows, 0xff);
   exp_sums_.reserve(rows, 0xff);
   partial_out_.reserve(rows * size_t(s.head_size), 0xff);

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "decode_warps.cuh"       // decode items: chapter 9's warps
+#include "merge_tree.cuh"         // a tile of many chunks: the merge as a tree
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "tc_block.cuh"           // chapter 9: MmaType, pack2, chunk_to_pairs, four_to_pairs
 #include "varlen_args.cuh"
@@ -102,10 +103,12 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 //           halves of every stage; the states of a group's warps are merged at the end, as
 //           chapter 4's warps did.
 // Mask: the mask policy (CausalMask in varlen_args.cuh: chapter 10's; chapter 12 supplies a
-// sliding window, sinks and a soft-cap).
+// sliding window, sinks and a soft-cap). merge_later (false on entry) is the solution's: its
+// merge leaves a tile of many chunks to the kernel's loop (merge_tree.cuh); a one-level
+// merge of your own never needs it.
 template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
 __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem,
-                            const Mask& policy = Mask{}) {
+                            const Mask& policy, bool& merge_later) {
   using L = StageLayout<C, D>;
   using E = typename MmaType<C>::type;  // what the tensor cores multiply: T, or fp16 for e4m3
   constexpr int x = L::x, kChunks = L::kChunks, kGroups = (kChunks + 3) / 4, kPairs = x / 2;
@@ -601,7 +604,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   //   w.row0 + i / D; out[(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
   //   from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
   //   w.partial_base + (i / D) * w.num_splits, w.num_splits, D, i % D)). (The solution also
-  //   keeps each row's weights in the ring and loads many partials at once: faster, not needed.)
+  //   keeps each row's weights in the ring, loads many partials at once, and merges a tile of
+  //   more than 16 chunks in a tree, merge_tree.cuh: faster, not needed.)
   // BEGIN SOLUTION(ch10, stretch)
   // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
   // normalised output), rows [local row][split] so that a row's chunks are consecutive.
@@ -619,6 +623,11 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       a.exp_sums[at] = l_run[r];
     }
   }
+  // More chunks than one merge takes: the kernel's loop merges them in a tree (merge_tree.cuh).
+  if (merges_in_tree(w.num_splits, tile_rows)) {
+    merge_later = true;
+    return;
+  }
   // The last chunk of the tile to finish merges them all (chapter 9's ticket). The fence
   // makes this block's partials visible to the whole GPU before it counts.
   __threadfence();
@@ -631,15 +640,14 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   if (!__syncthreads_or(last)) return;
   __threadfence();
   // Chapter 5's merge, in two passes: each row's weights exp_sum_p * exp(max_p - M) / L once
-  // (in the ring), then every output element is one weighted sum of its row's partials. A
-  // tile with more chunks than the ring holds weights for merges with merge_partitions itself.
+  // (in the ring: at most 64 rows x 16 chunks), then every output element is one weighted
+  // sum of its row's partials.
   // The partials were written by other SMs and are read from L2: a load takes a microsecond
   // or so, and the merge is a chain of them unless many are in flight at once (as scalar
   // loads, one chunk at a time, a merge took tens of microseconds: NOTES.md, v6).
   const int S = w.num_splits;
   float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
-  const bool in_ring = int64_t(tile_rows) * S * 4 <= int64_t(kStages) * L::kBytes;
-  if (in_ring) {
+  {
     constexpr int kP = 8;  // chunks whose max and sum are loaded together
     for (int row = threadIdx.x; row < tile_rows; row += kWarps * 32) {
       const int64_t first = w.partial_base + int64_t(row) * S;
@@ -710,14 +718,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       }
     }
   };
-  if (!in_ring) {  // more chunks than the ring has room for: chapter 5's merge, per output
-    for (int i = threadIdx.x; i < tile_rows * D; i += kWarps * 32) {
-      const int row = w.row0 + i / D;
-      a.out[(int64_t(q_start + row / G) * Hq + w.kv_head * G + row % G) * D + i % D] =
-          from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
-                                               w.partial_base + int64_t(i / D) * S, S, D, i % D));
-    }
-  } else if (tile_rows > kDecodeRows) {
+  if (tile_rows > kDecodeRows) {
     merge_outputs(std::integral_constant<int, 4>{}, std::integral_constant<int, 4>{});
   } else {  // 8 rows: 2 pieces per thread, many chunks (a long decode)
     merge_outputs(std::integral_constant<int, 2>{}, std::integral_constant<int, 8>{});
@@ -756,7 +757,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   for (k = first; k < *a.rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
-    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);
+    bool merge_later = false;  // set by the solution's split-tile merge: a tree (merge_tree.cuh)
+    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask, merge_later);
+    if (merge_later) merge_tree<T, C, D>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

@@ -21,46 +21,11 @@ using pa::ch10::WorkItem;
 using pa::test::GoldenCase;
 using pa::test::VarlenCase;
 
-// A plan by hand: every (tile, KV head) of the batch cut by `cut_tile(kv_needed)` into
-// [begin, end) chunks (one: a whole item; more: a split tile with a counter and partial
-// rows), the items dealt round-robin to `grid` thread blocks.
-template <typename Cut>
-Plan hand_plan(const pa::ch10::VarlenShape& s, const std::vector<int>& seq_lens,
-               const std::vector<int>& qsl, int grid, Cut cut_tile) {
-  const int G = s.num_q_heads / s.num_kv_heads;
-  std::vector<WorkItem> items;
-  Plan p;
-  p.grid = grid;
-  for (int b = 0; b < s.num_seqs; ++b) {
-    const int n = qsl[size_t(b) + 1] - qsl[size_t(b)];
-    for (int row0 = 0; row0 < n * G; row0 += pa::ch10::tile_size(n, G)) {
-      const int rows = pa::ch10::tile_rows(n, G, row0);
-      const int kv_needed = seq_lens[size_t(b)] - n + (row0 + rows - 1) / G + 1;
-      const std::vector<std::pair<int, int>> chunks = cut_tile(kv_needed);
-      const int splits = int(chunks.size());
-      for (int h = 0; h < s.num_kv_heads; ++h) {
-        const int counter = splits > 1 ? p.num_counters++ : -1;
-        const int base = int(p.partial_rows);
-        if (splits > 1) p.partial_rows += int64_t(pa::ch10::kTileRows) * splits;
-        for (int k = 0; k < splits; ++k)
-          items.push_back({b, h, row0, chunks[size_t(k)].first, chunks[size_t(k)].second, k, splits,
-                           splits > 1 ? base : 0, counter, 0});
-      }
-    }
-  }
-  p.cta_start.assign(size_t(grid) + 1, 0);
-  for (int c = 0; c < grid; ++c) {
-    for (size_t i = size_t(c); i < items.size(); i += size_t(grid)) p.items.push_back(items[i]);
-    p.cta_start[size_t(c) + 1] = int(p.items.size());
-  }
-  return p;
-}
-
 // Every tile's KV cut into chunks of `cut` tokens (a multiple of the 16-byte V piece's
 // tokens: 8, or 16 for e4m3): split tiles, by hand.
 Plan cut_every_tile(const pa::ch10::VarlenShape& s, const std::vector<int>& seq_lens,
                     const std::vector<int>& qsl, int cut, int grid) {
-  return hand_plan(s, seq_lens, qsl, grid, [cut](int kv_needed) {
+  return pa::test::hand_plan(s, seq_lens, qsl, grid, [cut](int kv_needed) {
     std::vector<std::pair<int, int>> chunks;
     for (int k = 0; k * cut < kv_needed; ++k) chunks.push_back({k * cut, std::min(kv_needed, (k + 1) * cut)});
     return chunks;
@@ -100,7 +65,7 @@ void check_cuts(const GoldenCase& g) {
 // the sequence's first `keys` tokens, kv_end = min(kv_needed, keys).
 Plan stop_every_tile(const pa::ch10::VarlenShape& s, const std::vector<int>& seq_lens,
                      const std::vector<int>& qsl, int keys, int grid) {
-  return hand_plan(s, seq_lens, qsl, grid, [keys](int kv_needed) {
+  return pa::test::hand_plan(s, seq_lens, qsl, grid, [keys](int kv_needed) {
     return std::vector<std::pair<int, int>>{{0, std::min(kv_needed, keys)}};
   });
 }

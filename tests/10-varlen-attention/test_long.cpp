@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 
+#include "long_batch.h"
 #include "varlen_case.h"
 
 namespace {
@@ -19,58 +20,7 @@ namespace {
 using pa::ch10::CacheType;
 using pa::ch10::VarlenAttention;
 using pa::ch10::VarlenShape;
-
-// A batch of sequences over permuted blocks of N(0,1) fp16 values.
-struct LongBatch {
-  LongBatch(int hq, int hkv, int d, int bs, const std::vector<int>& lens,
-            const std::vector<int>& new_lens, unsigned seed) : seq_lens(lens) {
-    qsl = {0};
-    for (int n : new_lens) qsl.push_back(qsl.back() + n);
-    const int longest = *std::max_element(lens.begin(), lens.end());
-    const int width = (longest + bs - 1) / bs;
-    int needed = 0;
-    for (int n : lens) needed += (n + bs - 1) / bs;
-    shape = VarlenShape{int(lens.size()), qsl.back(), hq, hkv, d, bs, needed + 17, width};
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    const size_t per_block = size_t(hkv) * d * bs;
-    k.resize(per_block * size_t(shape.num_blocks));
-    v.resize(k.size());
-    q.resize(size_t(shape.num_tokens) * hq * d);
-    for (auto& e : k) e = pa::from_float<pa::half>(normal(rng));
-    for (auto& e : v) e = pa::from_float<pa::half>(normal(rng));
-    for (auto& e : q) e = pa::from_float<pa::half>(normal(rng));
-    std::vector<int> ids(size_t(shape.num_blocks));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    // Padding points at a block nobody owns, all NaN: reading it shows.
-    table.assign(size_t(shape.num_seqs) * width, ids.back());
-    std::fill_n(k.begin() + ids.back() * per_block, per_block, pa::from_float<pa::half>(NAN));
-    std::fill_n(v.begin() + ids.back() * per_block, per_block, pa::from_float<pa::half>(NAN));
-    size_t next = 0;
-    for (size_t b = 0; b < lens.size(); ++b)
-      for (int j = 0; j < (lens[b] + bs - 1) / bs; ++j) table[b * width + size_t(j)] = ids[next++];
-    scale = 1.f / std::sqrt(float(d));
-  }
-
-  std::vector<pa::half> run(int chunk_tokens = 0) {
-    pa::ch10::check_metadata(shape, table, seq_lens, qsl);
-    pa::DeviceBuffer<pa::half> dk(k), dv(v), dq(q), out(q.size());
-    pa::DeviceBuffer<int> dt(table), dl(seq_lens), dqsl(qsl);
-    attn.plan(shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, qsl, chunk_tokens);
-    attn.poison_workspace();
-    pa::test::poison(out);
-    attn.run<pa::half>(out.get(), dq.get(), dk.get(), dv.get(), dt.get(), dl.get(), dqsl.get(),
-                       scale);
-    return out.download();
-  }
-
-  VarlenShape shape;
-  std::vector<int> seq_lens, qsl, table;
-  std::vector<pa::half> q, k, v;
-  float scale;
-  VarlenAttention attn;
-};
+using pa::test::LongBatch;
 
 // CUDA graphs: a launch captured on one step's plan and replayed after plan() for another
 // (of no more items) must run the new plan: the kernel may take nothing per plan by value.
@@ -180,10 +130,10 @@ void prefill_chunk(std::initializer_list<int> chunks) {
 TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) { prefill_chunk({pa::ch10::kWholeTiles}); }
 TEST(StretchVarlenLong, PrefillChunkOf1024OverA4096Prefix) { prefill_chunk({0, 1024}); }
 
-// A split tile's merge keeps its weights (rows x chunks floats) in the ring; with more
-// chunks than fit (64 rows x 512 chunks of 64 tokens: 128 KB, over the ring's 108 KB), it
-// merges with chapter 5's merge_partitions instead. Both must agree with the host.
-TEST(StretchVarlenLong, MoreChunksThanTheRingHoldsWeightsFor) {
+// A 64-row tile cut into 512 chunks of 64 tokens: the solution's merge tree has three levels
+// (32 groups of 16 chunks, then 2 groups of 16 groups, then the top), each row's weights
+// for one group in the ring. It must agree with the host, as with the planner's own cut.
+TEST(StretchVarlenLong, FiveHundredTwelveChunksOfOneTile) {
   LongBatch batch(32, 8, 128, 16, {32768}, {16}, 41);  // 16 tokens x 4 heads: a 64-row tile
   std::vector<int> tokens(16);
   std::iota(tokens.begin(), tokens.end(), 0);

@@ -1,0 +1,77 @@
+// Stretch (the split-tile merge), on the emulator too: tiles cut into more chunks than one
+// merge group holds (16), whose partials the solution merges in a tree -- groups of 16
+// chunks merged by their last member, then groups of groups. A student's one-level merge
+// passes these as well: they check the rows, not the order of the merge.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "long_batch.h"
+#include "varlen_case.h"
+
+namespace {
+
+using pa::test::LongBatch;
+
+// Every row of every new token against the float64 host reference, at chunk_tokens 64.
+void expect_rows(LongBatch& batch, int want_splits, const char* what) {
+  std::vector<int> tokens(size_t(batch.shape.num_tokens));
+  std::iota(tokens.begin(), tokens.end(), 0);
+  const auto want = pa::test::host_varlen_attention(batch.shape, batch.q, batch.k, batch.v,
+                                                    batch.table, batch.seq_lens, batch.qsl,
+                                                    batch.scale, tokens);
+  const auto dims = pa::test::varlen_out_dims(batch.shape);
+  const auto got = batch.run(64);
+  int most = 0;
+  for (const auto& w : batch.attn.host_plan().items) most = std::max(most, w.num_splits);
+  ASSERT_EQ(most, want_splits) << what << ": the plan at chunk_tokens 64";
+  EXPECT_TRUE(pa::test::all_close(got, want, dims, 2e-3, 2e-3))
+      << what << ", " << most << " chunks of 64 tokens";
+  // The tickets must be back at zero: the same runner, planned again, runs it again.
+  EXPECT_TRUE(pa::test::all_close(batch.run(64), want, dims, 2e-3, 2e-3))
+      << what << ", the second launch on the same runner: are the tickets left at zero?";
+}
+
+// 32 query heads on one KV head: one 32-row tile over 2,373 keys, 38 chunks (groups of 16,
+// 16 and 6, then the three groups' results).
+TEST(StretchMergeTree, MultiQueryDecodeOfThirtyEightChunks) {
+  LongBatch batch(32, 1, 64, 16, {2373, 40}, {1, 1}, 7);
+  expect_rows(batch, 38, "MQA decode over 2373 keys beside one over 40");
+}
+
+// A 64-token chunk at positions 1000..1063, its KV cut by hand into 133 chunks of 8 tokens
+// (make_plan's are multiples of 64): 9 groups, the last [1024, 1064) of 5 chunks, none of
+// whose keys rows 0..23 see. Those rows' group result is a sum of 0 (and not 0 / 0), which
+// the top level must weigh as nothing.
+TEST(StretchMergeTree, RowsThatSeeNoKeyOfAGroup) {
+  LongBatch batch(2, 2, 64, 16, {1064}, {64}, 9);
+  std::vector<int> tokens(64);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  const auto want = pa::test::host_varlen_attention(batch.shape, batch.q, batch.k, batch.v,
+                                                    batch.table, batch.seq_lens, batch.qsl,
+                                                    batch.scale, tokens);
+  const auto plan = pa::test::hand_plan(batch.shape, batch.seq_lens, batch.qsl, 5, [](int kv) {
+    std::vector<std::pair<int, int>> chunks;
+    for (int k = 0; 8 * k < kv; ++k) chunks.push_back({8 * k, std::min(kv, 8 * k + 8)});
+    return chunks;
+  });
+  ASSERT_EQ(plan.items.front().num_splits, 133);
+  EXPECT_TRUE(pa::test::all_close(batch.run_plan(plan), want,
+                                  pa::test::varlen_out_dims(batch.shape), 2e-3, 2e-3))
+      << "a 64-token chunk over 1000 cached tokens, cut by hand into 133 chunks of 8 tokens";
+}
+
+// 258 chunks of a 16-row tile (16 query heads on one KV head): groups of 16 (the 17th of 2
+// chunks), then groups of 256 chunks (the second of one group: nothing to merge), then the
+// top of 2. With 8 heads the tile is a decode tile, whose small partials merge in one level.
+TEST(StretchMergeTree, ThreeLevels) {
+  LongBatch batch(16, 1, 64, 16, {64 * 257 + 1}, {1}, 11);
+  expect_rows(batch, 258, "16 heads, a decode over 16449 keys");
+  LongBatch decode(8, 1, 64, 16, {64 * 257 + 1}, {1}, 12);
+  expect_rows(decode, 258, "8 heads (a decode tile), a decode over 16449 keys");
+}
+
+}  // namespace
