@@ -21,9 +21,12 @@ namespace pa::ch10 {
 constexpr int kMergeFanout = 16;  // slots per merge
 
 // Whether a tile merges in a tree: more chunks than one merge takes, and more rows than a
-// decode tile's 8 (whose partials are small: one merge of them all is as fast).
+// decode tile's 8 (whose partials are small: one merge of them all is as fast), or more than
+// 256 chunks of a decode tile. So a one-level merge keeps at most 64 x 16 or 8 x 256 weights
+// (8 KB) in the ring.
 __host__ __device__ inline bool merges_in_tree(int num_splits, int tile_rows) {
-  return num_splits > kMergeFanout && tile_rows > kDecodeRows;
+  return num_splits > kMergeFanout &&
+         (tile_rows > kDecodeRows || num_splits > kMergeFanout * kMergeFanout);
 }
 
 // One merge: `count` slots of each of the tile's rows, `span` chunks apart from chunk

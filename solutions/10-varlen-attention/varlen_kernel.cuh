@@ -640,13 +640,14 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   if (!__syncthreads_or(last)) return;
   __threadfence();
   // Chapter 5's merge, in two passes: each row's weights exp_sum_p * exp(max_p - M) / L once
-  // (in the ring: at most 64 rows x 16 chunks), then every output element is one weighted
+  // (in the ring: at most 8 KB, merges_in_tree), then every output element is one weighted
   // sum of its row's partials.
   // The partials were written by other SMs and are read from L2: a load takes a microsecond
   // or so, and the merge is a chain of them unless many are in flight at once (as scalar
   // loads, one chunk at a time, a merge took tens of microseconds: NOTES.md, v6).
   const int S = w.num_splits;
   float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
+  static_assert(kStages * L::kBytes >= 8 * 1024, "the ring holds a one-level merge's weights");
   {
     constexpr int kP = 8;  // chunks whose max and sum are loaded together
     for (int row = threadIdx.x; row < tile_rows; row += kWarps * 32) {

@@ -66,7 +66,8 @@ TEST(StretchMergeTree, RowsThatSeeNoKeyOfAGroup) {
 
 // 258 chunks of a 16-row tile (16 query heads on one KV head): groups of 16 (the 17th of 2
 // chunks), then groups of 256 chunks (the second of one group: nothing to merge), then the
-// top of 2. With 8 heads the tile is a decode tile, whose small partials merge in one level.
+// top of 2. With 8 heads the tile is a decode tile, which merges in a tree only past 256
+// chunks (its one-level merge keeps 8 x 256 weights at most): this one does.
 TEST(StretchMergeTree, ThreeLevels) {
   LongBatch batch(16, 1, 64, 16, {64 * 257 + 1}, {1}, 11);
   expect_rows(batch, 258, "16 heads, a decode over 16449 keys");
