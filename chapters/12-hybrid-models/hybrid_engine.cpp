@@ -1,7 +1,7 @@
 // Chapter 12 in chapter 8's engine (given code): a serving loop whose KV blocks come from
 // the hybrid manager, one block table and one slot_mapping per layer group. It is chapter
 // 8's scheduler cut down to greedy requests of one sequence: continuous batching, chunked
-// prefill, and recompute preemption of the newest request when the pool runs short.
+// prefill, preemption of the newest request when the pool runs short, prefix caching.
 #include <algorithm>
 
 #include "pa/ch12_engine.h"
@@ -30,7 +30,8 @@ int predicted_blocks(const std::vector<int>& group_windows, bool free_windows, i
 HybridEngine::HybridEngine(ch08::TinyModel& model, const HybridEngineConfig& cfg)
     : model_(model),
       cfg_(cfg),
-      blocks_(new HybridBlockManager(cfg.num_blocks, cfg.block_size, model_layer_groups(model.config(), cfg.free_windows))),
+      blocks_(new HybridBlockManager(cfg.num_blocks, cfg.block_size, model_layer_groups(model.config(), cfg.free_windows),
+                                          cfg.prefix_caching)),
       kv_(model.config(), cfg.num_blocks, cfg.block_size) {
   PA_REQUIRE(cfg.max_num_seqs > 0 && cfg.max_tokens_per_step > 0 && cfg.max_seq_len > 0,
              "max_num_seqs, max_tokens_per_step and max_seq_len must be positive");
@@ -182,7 +183,10 @@ HybridStepReport HybridEngine::step() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Req* r = running_[i];
     const int n = std::min(int(r->tokens.size()) - r->num_computed, budget);
-    if (n == 0) continue;
+    // A running request has its next token to compute (a step ends with a token chosen).
+    PA_REQUIRE(n > 0, "HybridEngine: request " << r->id << " is running with nothing to compute ("
+                                               << r->num_computed << " of its " << r->tokens.size()
+                                               << " tokens computed)");
     bool gone = false;
     while (!fits(r, n)) {
       Req* victim = running_.back();
@@ -220,13 +224,19 @@ HybridStepReport HybridEngine::step() {
   }
   // 3. Waiting requests, FIFO, while the footprint of the prompt and its next token fits
   //    beside what the step takes; the first chunk is as long as the free blocks allow.
+  //    With prefix caching a request starts after its cached prefix (its last token is
+  //    always computed: its logits choose the next token).
   while (rep.preempted == 0 && swapped_.empty() && !waiting_.empty() && int(running_.size()) < cfg_.max_num_seqs &&
          budget > 0) {
     Req* r = waiting_.front();
     if (blocks_->restore_blocks(int(r->tokens.size()) + 1) > blocks_->num_free() - takes(nullptr, 0)) break;
     waiting_.pop_front();
     r->seq = next_seq_++;
-    blocks_->add_sequence(r->seq);
+    const int hit = blocks_->match_prefix(r->tokens, int(r->tokens.size()) - 1);  // 0 when caching is off
+    if (hit > 0) blocks_->add_sequence(r->seq, r->tokens, hit);
+    else blocks_->add_sequence(r->seq);
+    r->num_computed = hit;
+    stats_.prefix_hit_tokens += hit;
     running_.push_back(r);
     longest_fit(r);
   }
@@ -289,12 +299,15 @@ HybridStepReport HybridEngine::step() {
   }
   const std::vector<float> logits = model_.forward_paged(in, kv_);
 
-  // Computed: each window gives back what no later query sees; a finished prompt or token
-  // chooses the next token (greedy); a request that is done releases every group's blocks.
+  // Computed: full blocks join the prefix cache (before a window gives them back, so that
+  // they stay cached, evictable); each window gives back what no later query sees; a
+  // finished prompt or token chooses the next token (greedy); a request that is done
+  // releases every group's blocks.
   const int vocab = model_.config().vocab_size;
   for (const Scheduled& e : sched) {
     e.r->num_computed += e.n;
     stats_.computed_tokens += e.n;
+    blocks_->commit(e.r->seq, e.r->tokens, e.r->num_computed);
     blocks_->free_dead_blocks(e.r->seq);
   }
   for (size_t k = 0; k < logit_req.size(); ++k) {

@@ -97,7 +97,8 @@ int prefix_hit_blocks(const std::vector<LayerGroup>& groups, const std::vector<s
   //   the first query after the prefix (at position P * block_size) and every later one find
   //   every block they can see cached (cached[g][i]). Blocks no such query sees need not be
   //   cached: a sliding group's entries before them will be the null block. 0 if nothing
-  //   fits. Checked by StretchPrefixHit.* (tests/12-hybrid-models/test_stretch_prefix_hit.cpp).
+  //   fits. Checked by StretchPrefixHit.* (tests/12-hybrid-models/test_stretch_prefix_hit.cpp)
+  //   and, in the engine, StretchPrefixHitInTheEngine.* (test_hybrid_engine.cpp).
   PA_TODO("ch12");
 }
 // ANCHOR_END: prefix_hit_blocks

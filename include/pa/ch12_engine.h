@@ -5,9 +5,10 @@
 // HybridStepAttention plans one group per attention type: a full group without sinks is
 // chapter 10's kernel as it is (VarlenAttention), a sliding group (or a full one with sinks)
 // is this chapter's WindowAttention. HybridEngine is chapter 8's serving loop cut down to
-// what the hybrid manager changes: continuous batching, chunked prefill, greedy decoding
-// and recompute preemption, with each layer group's block tables and slots from
-// HybridBlockManager (forks, beams, prefix caching and swap stay in chapter 8's Engine).
+// what the hybrid manager changes: continuous batching, chunked prefill, greedy decoding,
+// preemption (recompute or swap) and prefix caching by the per-type rule, with each layer
+// group's block tables and slots from HybridBlockManager (forks, beams and sampling stay in
+// chapter 8's Engine).
 #pragma once
 
 #include <deque>
@@ -72,6 +73,10 @@ struct HybridEngineConfig {
   // host memory and restore() brings them back; recompute, or a host without room, drops them.
   ch08::Preemption preemption = ch08::Preemption::recompute;
   int num_swap_blocks = 0;  // host blocks for swapped-out sequences
+  // Prefix caching (the manager's, stretch exercise 3): a request starts from the longest
+  // prefix of its tokens that every group can serve from the cache (a sliding group: the
+  // last window's blocks), and each step registers the full blocks it computed.
+  bool prefix_caching = false;
 };
 
 struct HybridStepReport {
@@ -88,6 +93,7 @@ struct HybridEngineStats {
   int steps = 0, finished = 0, peak_running = 0, preemptions = 0, peak_blocks_held = 0;
   int swap_outs = 0, swap_ins = 0, recomputes = 0;
   int64_t computed_tokens = 0, generated_tokens = 0;
+  int64_t prefix_hit_tokens = 0;  // tokens requests took from the prefix cache, not computed
 };
 
 // ANCHOR: hybrid_engine

@@ -47,7 +47,8 @@ struct Served {
   std::string first_mismatch;
 };
 
-Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int chunk, bool swap = false) {
+Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int chunk, bool swap = false,
+             bool prefix_caching = false) {
   model.set_step_attention(std::make_shared<pa::ch12::HybridStepAttention>());
   HybridEngineConfig cfg;
   cfg.num_blocks = num_blocks;
@@ -60,6 +61,7 @@ Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int 
     cfg.preemption = pa::ch08::Preemption::swap;
     cfg.num_swap_blocks = 64;
   }
+  cfg.prefix_caching = prefix_caching;
   HybridEngine engine(model, cfg);
   for (int i = 0; i < 4; ++i) engine.add_request({i, tokens(kLens[i], 900 + uint64_t(i)), kNew, i});
   Served out;
@@ -79,11 +81,16 @@ Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int 
   return out;
 }
 
-void expect_dense(pa::ch08::TinyModel& model, const Served& got, const std::string& what) {
+std::vector<std::vector<int>> standard_prompts() {
   std::vector<std::vector<int>> prompts;
   for (int i = 0; i < 4; ++i) prompts.push_back(tokens(kLens[i], 900 + uint64_t(i)));
-  const auto dense = pa::ch08::generate_dense(model, prompts, std::vector<int>(4, kNew));
-  for (int i = 0; i < 4; ++i) {
+  return prompts;
+}
+
+void expect_dense(pa::ch08::TinyModel& model, const Served& got, const std::string& what,
+                  const std::vector<std::vector<int>>& prompts = standard_prompts()) {
+  const auto dense = pa::ch08::generate_dense(model, prompts, std::vector<int>(prompts.size(), kNew));
+  for (int i = 0; i < int(prompts.size()); ++i) {
     ASSERT_EQ(got.outputs.count(i), 1u) << what << ": request " << i << " did not finish";
     EXPECT_EQ(got.outputs.at(i), dense[size_t(i)].tokens) << what << ": request " << i;
     const auto& rows = got.logits.at(i);
@@ -132,6 +139,59 @@ TEST(HybridInTheEngine, FreedBlocksLowerThePeakAndPreemptionRecomputes) {
   EXPECT_EQ(swapped.stats.swap_ins, swapped.stats.swap_outs);
   EXPECT_EQ(swapped.mismatched_steps, 0) << swapped.first_mismatch;
   expect_dense(model, swapped, "a pool of 19 blocks, swapping");
+}
+
+// Stretch exercise 3 in the engine: with prefix caching, a request whose prompt begins
+// with blocks an earlier request computed starts after them, and still computes the dense
+// model's tokens and logits (the cached blocks hold what it would have written).
+TEST(StretchPrefixHitInTheEngine, LaterRequestsStartFromTheCachedPrefix) {
+  pa::ch08::TinyModel model(hybrid_config(true));
+  model.set_step_attention(std::make_shared<pa::ch12::HybridStepAttention>());
+  const std::vector<int> first = tokens(45, 900), other = tokens(10, 77);
+  std::vector<int> shares_40(first.begin(), first.begin() + 40);  // 5 blocks of 8, then other tokens
+  shares_40.insert(shares_40.end(), other.begin(), other.end());
+  const std::vector<int> first_40(first.begin(), first.begin() + 40);
+  const std::vector<std::vector<int>> prompts = {first, shares_40, first, tokens(30, 901), first_40};
+  const int arrival[] = {0, 20, 40, 40, 40};  // after request 0 has finished (3 prompt steps + 12 tokens)
+  Served served[2];
+  for (int caching = 0; caching < 2; ++caching) {
+    HybridEngineConfig cfg;
+    cfg.num_blocks = 48;
+    cfg.block_size = 8;
+    cfg.max_seq_len = 64;
+    cfg.max_tokens_per_step = 16;
+    cfg.record_logits = true;
+    cfg.prefix_caching = caching == 1;
+    HybridEngine engine(model, cfg);
+    for (int i = 0; i < 5; ++i) engine.add_request({i, prompts[size_t(i)], kNew, arrival[i]});
+    engine.run();
+    EXPECT_EQ(engine.blocks().num_held(), 0) << "blocks leaked (caching " << caching << ")";
+    EXPECT_EQ(engine.blocks().num_free(), cfg.num_blocks - 1) << "blocks lost (cached ones count as free)";
+    served[caching].outputs = engine.outputs();
+    served[caching].logits = engine.logits();
+    served[caching].stats = engine.stats();
+  }
+  // Request 1 shares 40 tokens (5 blocks) with request 0, request 2 is request 0's prompt
+  // (45 tokens: 5 whole blocks), request 3 shares nothing, and request 4 is exactly 5 cached
+  // blocks, whose hit stops at 4 so that its last token is computed (its logits).
+  EXPECT_EQ(served[0].stats.prefix_hit_tokens, 0);
+  EXPECT_EQ(served[1].stats.prefix_hit_tokens, 40 + 40 + 32)
+      << "requests 1 and 2 should each start after 5 cached blocks (the sliding group needs "
+         "only the blocks its window sees at 40: 2 .. 4), request 4 after 4";
+  EXPECT_EQ(served[1].stats.computed_tokens, served[0].stats.computed_tokens - 112);
+  expect_dense(model, served[0], "prefix caching off", prompts);
+  expect_dense(model, served[1], "prefix caching on", prompts);
+}
+
+// A request preempted for recompute comes back through the cache: its own committed
+// blocks (prompt and generated tokens) are a hit, in every group its window allows.
+TEST(StretchPrefixHitInTheEngine, PreemptedRequestsRecomputeFromTheCache) {
+  pa::ch08::TinyModel model(hybrid_config(true));
+  const Served tight = serve(model, true, 20, 16, false, true);
+  EXPECT_GT(tight.stats.recomputes, 0) << "the pool of 19 blocks should force a recompute";
+  EXPECT_GT(tight.stats.prefix_hit_tokens, 0) << "a recomputed request should find its own blocks cached";
+  EXPECT_EQ(tight.mismatched_steps, 0) << tight.first_mismatch;
+  expect_dense(model, tight, "a pool of 19 blocks, prefix caching");
 }
 
 TEST(HybridInTheEngine, LayerGroupsSharePoolsWithOnePageSize) {
