@@ -233,8 +233,7 @@ HybridStepReport HybridEngine::step() {
     waiting_.pop_front();
     r->seq = next_seq_++;
     const int hit = blocks_->match_prefix(r->tokens, int(r->tokens.size()) - 1);  // 0 when caching is off
-    if (hit > 0) blocks_->add_sequence(r->seq, r->tokens, hit);
-    else blocks_->add_sequence(r->seq);
+    blocks_->add_sequence(r->seq, r->tokens, hit);
     r->num_computed = hit;
     stats_.prefix_hit_tokens += hit;
     running_.push_back(r);
