@@ -205,12 +205,16 @@ def build(build_dir, targets, jobs):
     return r.returncode, r.stdout + r.stderr
 
 
-def run_test(binary, mut, timeout, tool=None, fail_fast=False):
+def run_test(binary, mut, timeout, tool=None, fail_fast=False, only=None):
+    """Runs the test binary with the mutant's filter and schedule; only: run just these
+    tests (full names, a subset of the filter's)."""
     cmd = [str(binary), "--gtest_brief=1"] + (["--gtest_fail_fast"] if fail_fast else [])
     if tool:  # compute-sanitizer on the GPU: memcheck, racecheck or initcheck
         cmd = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99",
                "--print-limit", "4"] + (["--racecheck-report", "all"] if tool == "racecheck" else []) + cmd
-    if mut.get("filter"):
+    if only is not None:
+        cmd.append("--gtest_filter=" + ":".join(only))
+    elif mut.get("filter"):
         cmd.append("--gtest_filter=" + mut["filter"].strip())
     env = dict(os.environ)
     if mut.get("schedule"):
@@ -231,6 +235,101 @@ def run_test(binary, mut, timeout, tool=None, fail_fast=False):
             LIVE.discard(proc)
 
 
+def list_tests(binary, mut):
+    """The full names of the tests the mutant's filter selects, in the binary's order (None
+    when the binary cannot list them)."""
+    cmd = [str(binary), "--gtest_list_tests"]
+    if mut.get("filter"):
+        cmd.append("--gtest_filter=" + mut["filter"].strip())
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0:
+        return None
+    names, suite = [], None
+    for line in r.stdout.splitlines():
+        if not line.strip() or line.startswith("Running main()"):
+            continue
+        if not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        elif suite:
+            names.append(suite + line.split("#")[0].strip())
+    return names
+
+
+# The stages of a mutant's first test run: the tests that took at most this many ms in the
+# unmutated run first, then the next bound's, ...; tests with no time known run last.
+STAGE_MS = (10, 100, 1000)
+
+
+def stages_of(names, times):
+    """Splits names (in the binary's order) into stages of growing cost, each in that order.
+    One stage (None: the plain filter) when no times are known."""
+    if not times or not names:
+        return [None]
+    stages = [[] for _ in range(len(STAGE_MS) + 1)]
+    for n in names:
+        ms = times.get(n)
+        k = len(STAGE_MS) if ms is None else next(
+            (i for i, bound in enumerate(STAGE_MS) if ms <= bound), len(STAGE_MS))
+        stages[k].append(n)
+    stages = [s for s in stages if s]
+    return stages if len(stages) > 1 else [None]
+
+
+def run_staged(binary, mut, timeout, times):
+    """The first, fail-fast run of a mutant's tests, cheapest first: the tests that took
+    under 10 ms in the unmutated run, then under 100 ms, then 1 s, then the rest, each stage
+    a fail-fast run that stops at its first failing test. Every test of the filter runs
+    unless one fails first, so a mutant is caught exactly when the one run of them all
+    would catch it; but most are caught in the first, cheap stage, instead of after every
+    slower test registered before the one that fails. Returns (code, output, timed_out) of
+    the stage that failed, or of the last (all passed)."""
+    stages = stages_of(list_tests(binary, mut) if times else None, times)
+    outs = []
+    for only in stages:
+        code, out, timed_out = run_test(binary, mut, timeout, fail_fast=True, only=only)
+        outs.append(out)
+        if timed_out or code != 0:
+            return code, out, timed_out
+    return code, "".join(outs), timed_out
+
+
+def run_until_named(binary, mut, timeout, times):
+    """The second run, for a mutant caught but not yet named by its first: every test of the
+    filter, failing or not, in the stages of run_staged (cheapest first), until the output
+    so far matches every `expect` (or all have run; with no times: one run of them all).
+    Returns (code, output, timed_out): the first non-zero code, the outputs together."""
+    stages = stages_of(list_tests(binary, mut) if times else None, times)
+    outs, worst = [], 0
+    for only in stages:
+        code, out, timed_out = run_test(binary, mut, timeout, only=only)
+        outs.append(out)
+        if timed_out:
+            return None, "".join(outs), True
+        worst = worst or code
+        if all(re.search(rx, "".join(outs), re.MULTILINE) for rx in mut["expect"]):
+            break
+    return worst, "".join(outs), False
+
+
+def load_times(path):
+    """{full test name: ms} from a GoogleTest JSON report (--gtest_output=json:PATH)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    times = {}
+    for suite in data.get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            try:
+                times[f"{suite['name']}.{t['name']}"] = float(str(t.get("time", "")).rstrip("s")) * 1000
+            except (KeyError, ValueError):
+                pass
+    return times
+
+
 def deal_groups(order):
     """The units of work: the plain mutants of one chapter each, and all `check` mutants
     together (few; one ThreadSanitizer build in one worker rather than one in each).
@@ -247,6 +346,31 @@ def targets_of(group):
     return sorted({f"test_ch{m['chapter']}_solution" for m in group})
 
 
+# Chapters whose plain mutant builds use -O0, not -O1 (unless --opt is given), in a build
+# directory of their own (build-plain-O0): chapter 9's mutants each recompile its two kernel
+# files of many instantiations (23 s at -O1, 8 s at -O0 for decode.cu on 2 cores), and its
+# tests take a second or two even at -O0. Elsewhere -O0 costs more in the test runs (the
+# emulated kernels run several times slower: chapter 10's merge tests 3 s -> 50 s) than it
+# saves in the builds.
+OPT_O0_CHAPTERS = {"09"}
+DEFAULT_OPT = "-O1"
+
+
+def opt_of(key, opt):
+    """The optimisation flags of a group's build: --opt if given, else by chapter."""
+    if opt:
+        return opt
+    mode, chapter = key
+    return "-O0" if mode == "plain" and chapter in OPT_O0_CHAPTERS else DEFAULT_OPT
+
+
+def build_name(key, opt):
+    """A group's build directory (before the worker suffix): build-MODE, or build-MODE-O0
+    for a group built at -O0 by default."""
+    o = opt_of(key, opt)
+    return f"build-{key[0]}" + ("-O0" if not opt and o == "-O0" else "")
+
+
 def worker_dir(name, k):
     """Worker k's scratch copy or build directory. Worker 0 keeps the one-worker names
     (tree, build-plain, build-check), so an earlier --jobs 1 run's builds serve it."""
@@ -258,27 +382,35 @@ LIVE = set()
 LIVE_LOCK = threading.Lock()
 
 
-def run_one(m, tree, bdir, args, build_jobs):
+def run_one(m, tree, bdir, args, build_jobs, times=None):
     """Plants m in tree, rebuilds its chapter's test in bdir, runs it, restores the file.
+    times: {test: ms} of the unmutated tests (the order of the first run; may be empty).
     Returns the result tuple of the table and the mutant's line."""
     target = f"test_ch{m['chapter']}_solution"
     log = m["log"]
+    if args.record and m["suite"] == "kernel":
+        # The book shows this output (record): the first failure in the binary's own order,
+        # as a student's run prints it, not the cheapest failing test's.
+        times = None
     start = time.time()
     status, out, timed_out, caught, missing = "", "", False, False, []
+    t_build = 0.0
     with planted(tree, m):
         rc, bout = build(bdir, target, build_jobs)
+        t_build = time.time() - start
         if rc != 0:
             status = "BUILD FAILED"
             out = bout
         else:
-            # First up to the first failing test (--gtest_fail_fast): most mutants are
-            # caught and named there. Only when that output does not match every
-            # `expect` do all the filter's tests run, as before.
-            code, out, timed_out = run_test(bdir / target, m, args.timeout, fail_fast=True)
+            # First up to the first failing test (--gtest_fail_fast, cheapest tests first:
+            # run_staged): most mutants are caught and named there. Only when that output
+            # does not match every `expect` do all the filter's tests run (cheapest first,
+            # until their output matches every `expect`: run_until_named).
+            code, out, timed_out = run_staged(bdir / target, m, args.timeout, times)
             caught = timed_out or code != 0
             missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
             if caught and missing and not timed_out:
-                code, out, timed_out = run_test(bdir / target, m, args.timeout)
+                code, out, timed_out = run_until_named(bdir / target, m, args.timeout, times)
                 caught = timed_out or code != 0
                 missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
     secs = time.time() - start
@@ -296,6 +428,7 @@ def run_one(m, tree, bdir, args, build_jobs):
         status += f" (timed out after {args.timeout}s)"
     log.write_text(f"mutant {m['name']} ({m['file']}), mode {m['ran_as']}, "
                    f"test {target} filter {m.get('filter', '*')}\nwhy: {m['why']}\n"
+                   f"build {t_build:.1f}s, tests {secs - t_build:.1f}s\n"
                    + "".join(f"expect NOT matched: {rx}\n" for rx in missing)
                    + "-" * 60 + "\n" + out)
     if args.record and m["suite"] == "kernel" and not status.startswith("BUILD"):
@@ -346,7 +479,7 @@ class Pool:
             self.queues[k].append(key)
 
     def built(self, k, key):
-        bdir = self.work / worker_dir(f"build-{key[0]}", k)
+        bdir = self.work / worker_dir(build_name(key, self.args.opt), k)
         return all((bdir / t).is_file() for t in targets_of(self.groups[key]))
 
     def take(self, k):
@@ -370,12 +503,13 @@ class Pool:
                     got = self.take(k)
                 if got is None:
                     return
-                (mode, _), group = got
-                bdir = self.work / worker_dir(f"build-{mode}", k)
-                if mode not in configured:
-                    configure(tree, bdir, mode, self.python, self.args.opt,
-                              self.logs / f"configure-{worker_dir(mode, k)}.log")
-                    configured.add(mode)
+                (mode, chapter), group = got
+                name = build_name((mode, chapter), self.args.opt)
+                bdir = self.work / worker_dir(name, k)
+                if name not in configured:
+                    configure(tree, bdir, mode, self.python, opt_of((mode, chapter), self.args.opt),
+                              self.logs / f"configure-{worker_dir(name[6:], k)}.log")
+                    configured.add(name)
                 # The group's tests once, unmutated: they must build, and afterwards each
                 # mutant rebuilds only what its file touches (plus what the last revert did).
                 targets = targets_of(group)
@@ -388,10 +522,12 @@ class Pool:
                                      f"{' '.join(targets)}; log: {log})\n{out[-3000:]}")
                 who = f" (worker {k})" if len(self.trees) > 1 else ""
                 lines = [f"   {mode} build of {' '.join(targets)}{who}: {time.time() - t_build:.0f}s"]
+                times = {t: self.test_times(bdir, t, mode, len(group), lines) for t in targets}
                 for m in group:
                     if self.stop:
                         return
-                    result, line = run_one(m, tree, bdir, self.args, self.build_jobs)
+                    result, line = run_one(m, tree, bdir, self.args, self.build_jobs,
+                                           times[f"test_ch{m['chapter']}_solution"])
                     with self.cond:
                         self.done[m["index"]] = (result, lines + [line])
                         self.cond.notify_all()
@@ -404,6 +540,31 @@ class Pool:
             with self.cond:
                 self.alive -= 1
                 self.cond.notify_all()
+
+    def test_times(self, bdir, target, mode, n_mutants, lines):
+        """{test: ms} of the unmutated target, which orders each mutant's first run (cheap
+        tests first): from --test-times DIR/TARGET.json (make ci: the solution tests' own run),
+        else from an earlier measurement in WORK/test-times/, else measured now by running the
+        unmutated tests once (plain mode, a group of 5 or more mutants; they must pass)."""
+        for path in ([Path(self.args.test_times) / f"{target}.json"] if self.args.test_times else []) \
+                + [self.work / "test-times" / f"{target}.json"]:
+            times = load_times(path)
+            if times:
+                return times
+        if mode != "plain" or n_mutants < 5:
+            return {}
+        path = self.work / "test-times" / f"{target}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.time()
+        r = subprocess.run([str(bdir / target), "--gtest_brief=1", f"--gtest_output=json:{path}.tmp"],
+                           capture_output=True, text=True, timeout=self.args.timeout * 4)
+        if r.returncode != 0:
+            raise SystemExit(f"run_mutants: the UNMUTATED tests fail ({bdir / target}):\n"
+                             + (r.stdout + r.stderr)[-3000:])
+        os.replace(f"{path}.tmp", path)
+        lines.append(f"   unmutated run of {target} (the order of the mutants' first runs): "
+                     f"{time.time() - start:.0f}s")
+        return load_times(path)
 
     def fail(self, message):
         with self.cond:
@@ -457,9 +618,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                     help="workers, each with its own scratch copy and builds, dealt whole "
                          "chapters (default: the number of cores; with --gpu: build parallelism)")
-    ap.add_argument("--opt", default="-O1",
-                    help="optimisation flags of the mutant builds (default -O1; applies when "
-                         "build/mutants/build-MODE is first configured)")
+    ap.add_argument("--opt", default=None,
+                    help="optimisation flags of the mutant builds (default -O1, and -O0 for "
+                         "chapter 9 in build-plain-O0; applies when a build directory is "
+                         "first configured)")
+    ap.add_argument("--test-times", metavar="DIR",
+                    help="GoogleTest JSON reports of the unmutated tests, DIR/test_chNN_solution.json "
+                         "(--gtest_output=json): each mutant's first run takes the cheapest tests "
+                         "first (default: measured once per chapter in WORK/test-times/)")
     ap.add_argument("--python", default=None,
                     help="Python with numpy + ml_dtypes for the golden cases (default: .venv)")
     ap.add_argument("--work", default="build/mutants", metavar="DIR",
@@ -656,7 +822,7 @@ def run_on_gpu(mutants, args):
     logs.mkdir(parents=True, exist_ok=True)
     sync_tree(tree)
     bdir = work / "build-cuda"
-    configure(tree, bdir, "cuda", python, args.opt, logs / "configure-cuda.log")
+    configure(tree, bdir, "cuda", python, args.opt or DEFAULT_OPT, logs / "configure-cuda.log")
     targets = sorted({f"test_ch{m['chapter']}_solution" for m in mutants})
     rc, out = build(bdir, targets, args.jobs)
     if rc != 0:

@@ -125,8 +125,10 @@ for dir in solutions/[0-9][0-9]-*/; do
     slug=$(basename "$dir")
     num=${slug%%-*}
     if [ "$backend" = cpu ]; then
+        # (The JSON report's times order the exercise mutants' runs below: cheap tests first.)
         step "chapter $num solution tests, schedule forward" \
-            env PA_EMU_SCHEDULE=forward "$build/test_ch${num}_solution"
+            env PA_EMU_SCHEDULE=forward "$build/test_ch${num}_solution" \
+            --gtest_output="json:$logs/test_ch${num}_solution.json"
     else
         step "chapter $num solution tests" "$build/test_ch${num}_solution"
     fi
@@ -183,7 +185,8 @@ if [ "$backend" = cpu ]; then
     # Wrong-but-plausible answers to the exercises (tests/exercise_mutants/): each must fail
     # its chapter's plain tests; the runner prints the kill rate per chapter.
     step "exercise mutants: every wrong answer fails its chapter's tests" \
-        "$python" tools/run_mutants.py --suite exercise --jobs "$(nproc 2>/dev/null || echo 2)" --python "$python"
+        "$python" tools/run_mutants.py --suite exercise --jobs "$(nproc 2>/dev/null || echo 2)" --python "$python" \
+        --test-times "$logs"
     # Core and stretch apart: the "core done" tree of each chapter with stretch exercises.
     step "core done: core tests pass with every stretch exercise a stub, Stretch suites fail" core_done
     # Chapter 8's random traces, many more than the chapter's own run of them.

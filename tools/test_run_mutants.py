@@ -53,7 +53,7 @@ def fake(tmp_path, monkeypatch):
                 calls["built"].append((build_dir.name, t))
         return 0, ""
 
-    def run_test(binary, m, timeout, tool=None, fail_fast=False):
+    def run_test(binary, m, timeout, tool=None, fail_fast=False, only=None):
         time.sleep(random.uniform(0, 0.01))
         tree_file = (binary.parent.parent / run_mutants.worker_dir(
             "tree", int(binary.parent.name.rsplit("-", 1)[1]) if binary.parent.name.count("-") == 2
@@ -67,6 +67,7 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setattr(run_mutants, "configure", configure)
     monkeypatch.setattr(run_mutants, "build", build)
     monkeypatch.setattr(run_mutants, "run_test", run_test)
+    monkeypatch.setattr(run_mutants.Pool, "test_times", lambda *a: {})
     calls["fail_build"] = fail_build
     return tmp_path, calls
 
@@ -80,7 +81,7 @@ def make_pool(tmp, mutants, jobs, seconds=None):
         t.mkdir()
         (t / "f.cu").write_text("good")
         trees.append(t)
-    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None)
+    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None, test_times=None)
     return run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", trees, 2, seconds), order
 
 
@@ -169,7 +170,7 @@ def test_the_deal_balances_by_seconds_not_by_count():
     order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
     groups = run_mutants.deal_groups(order)
     seconds = {m["name"]: (30.0 if m["chapter"] == "09" else 1.0) for m in mutants}
-    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None)
+    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None, test_times=None)
     pool = run_mutants.Pool(groups, args, "python3", tmp, tmp, [tmp / "t0", tmp / "t1"], 2, seconds)
     assert pool.queues[0] == [("plain", "09")]
     assert sorted(pool.queues[1]) == [("plain", "01"), ("plain", "02"), ("plain", "03")]
@@ -177,3 +178,78 @@ def test_the_deal_balances_by_seconds_not_by_count():
     pool.queues[0].clear()
     assert pool.take(0)[0] == ("plain", "01")
     assert pool.queues[1] == [("plain", "02"), ("plain", "03")]
+
+
+def test_stages_put_the_cheap_tests_first_each_in_the_binarys_order():
+    names = ["A.slow", "A.fast", "B.mid", "B.unknown", "C.fast", "C.second"]
+    times = {"A.slow": 5000, "A.fast": 1, "B.mid": 50, "C.fast": 10, "C.second": 900}
+    assert run_mutants.stages_of(names, times) == [
+        ["A.fast", "C.fast"], ["B.mid"], ["C.second"], ["A.slow", "B.unknown"]]
+    # No times, or all in one stage: one run of the plain filter.
+    assert run_mutants.stages_of(names, {}) == [None]
+    assert run_mutants.stages_of(["A.fast", "C.fast"], times) == [None]
+    assert run_mutants.stages_of(None, times) == [None]
+
+
+def test_a_staged_run_stops_at_the_first_failing_stage_and_runs_every_test_otherwise(monkeypatch):
+    ran = []
+    failing = set()
+
+    def run_test(binary, m, timeout, tool=None, fail_fast=False, only=None):
+        assert fail_fast
+        ran.append(only)
+        bad = [n for n in (only or []) if n in failing]
+        return (1, f"{bad[0]} failed", False) if bad else (0, "ok;", False)
+
+    monkeypatch.setattr(run_mutants, "run_test", run_test)
+    monkeypatch.setattr(run_mutants, "list_tests", lambda b, m: ["S.a", "S.b", "S.c", "S.d"])
+    times = {"S.a": 2000, "S.b": 1, "S.c": 20, "S.d": 3}
+    failing.update({"S.a", "S.c"})
+    code, out, timed_out = run_mutants.run_staged("bin", {}, 10, times)
+    assert (code, out) == (1, "S.c failed") and ran == [["S.b", "S.d"], ["S.c"]]
+    ran.clear()
+    failing.clear()
+    code, out, _ = run_mutants.run_staged("bin", {}, 10, times)
+    assert code == 0 and sorted(n for r in ran for n in r) == ["S.a", "S.b", "S.c", "S.d"]
+    ran.clear()
+    code, out, _ = run_mutants.run_staged("bin", {}, 10, {})  # no times: one plain run
+    assert ran == [None]
+
+
+def test_times_come_from_a_googletest_json_report(tmp_path):
+    report = tmp_path / "test_ch01_solution.json"
+    report.write_text('{"testsuites": [{"name": "Ch01/Golden", "testsuite": ['
+                      '{"name": "Case/d64", "time": "0.012s"}, {"name": "Other", "time": "3s"}]}]}')
+    assert run_mutants.load_times(report) == {"Ch01/Golden.Case/d64": 12.0, "Ch01/Golden.Other": 3000.0}
+    assert run_mutants.load_times(tmp_path / "none.json") == {}
+
+
+def test_the_second_run_stops_once_every_expect_is_matched(monkeypatch):
+    ran = []
+
+    def run_test(binary, m, timeout, tool=None, fail_fast=False, only=None):
+        assert not fail_fast
+        ran.append(only)
+        return (1 if "S.b" in (only or []) else 0), " ".join(f"<{n}>" for n in (only or ["all"])), False
+
+    monkeypatch.setattr(run_mutants, "run_test", run_test)
+    monkeypatch.setattr(run_mutants, "list_tests", lambda b, m: ["S.a", "S.b", "S.c", "S.d"])
+    times = {"S.a": 2000, "S.b": 1, "S.c": 20, "S.d": 500}
+    code, out, _ = run_mutants.run_until_named("bin", {"expect": ["<S.b>", "<S.c>"]}, 10, times)
+    assert code == 1 and ran == [["S.b"], ["S.c"]]
+    ran.clear()
+    code, out, _ = run_mutants.run_until_named("bin", {"expect": ["<S.x>"]}, 10, times)
+    assert code == 1 and len(ran) == 4 and all(f"<{n}>" in out for n in "S.a S.b S.c S.d".split())
+    ran.clear()
+    run_mutants.run_until_named("bin", {"expect": ["<S.x>"]}, 10, {})
+    assert ran == [None]
+
+
+def test_chapter_9_builds_at_O0_in_a_directory_of_its_own_unless_opt_is_given():
+    assert run_mutants.opt_of(("plain", "09"), None) == "-O0"
+    assert run_mutants.build_name(("plain", "09"), None) == "build-plain-O0"
+    assert run_mutants.opt_of(("plain", "10"), None) == "-O1"
+    assert run_mutants.build_name(("plain", "10"), None) == "build-plain"
+    assert run_mutants.build_name(("check", "all"), None) == "build-check"
+    assert run_mutants.opt_of(("plain", "09"), "-O2") == "-O2"
+    assert run_mutants.build_name(("plain", "09"), "-O2") == "build-plain"
