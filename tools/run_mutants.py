@@ -439,11 +439,12 @@ def run_one(m, tree, bdir, args, build_jobs, times=None):
     return (m, caught, named, secs, status, missing, pending), line
 
 
-# Seconds a mutant of each chapter takes (rebuild and test run), from `make ci` on 2 cores
-# (2026-11-26: chapters 9 and 10 rebuild kernel files with many instantiations). They only
-# steer the dealing before a run has left its own times (WORK/seconds.json).
-CHAPTER_SECONDS = {"01": 0.9, "02": 0.9, "03": 0.9, "04": 2.1, "05": 2.4, "06": 2.2, "07": 1.1,
-                   "08": 3.4, "09": 20.0, "10": 12.7, "11": 2.2, "12": 1.1}
+# Seconds a mutant of each chapter takes (rebuild and test run), from the exercise suite
+# with 2 workers on a busy 2-core machine (2026-11-27, cheapest tests first, chapter 9 at
+# -O0: the builds are most of it). They only steer the dealing before a run has left its
+# own times (WORK/seconds.json).
+CHAPTER_SECONDS = {"01": 1.2, "02": 1.1, "03": 1.1, "04": 4.4, "05": 3.6, "06": 4.6, "07": 2.6,
+                   "08": 10.0, "09": 23.8, "10": 18.3, "11": 6.5, "12": 2.8}
 # What a worker's first build of a group's tests costs it, in the same units (a guess: it
 # keeps a group with the worker that built it before, unless that would unbalance the deal).
 FIRST_BUILD_SECONDS = 60.0
