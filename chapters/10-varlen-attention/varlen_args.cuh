@@ -48,8 +48,7 @@ struct VarlenArgs {
   const int* rounds;      // [1]: the most items of any thread block (in device memory, as
                           //   the items: a launch replayed from a CUDA graph reads the new plan)
   float *max_logits, *exp_sums, *partial_out;  // split tiles' partial results
-  int* counters;                               // split tiles' tickets (left at zero)
-  int* group_counters;  // the merge tree's groups' tickets, one per chunk (left at zero)
+  int* counters;  // split tiles' tickets (left at zero, or at num_splits for the merge kernel)
   const float *k_scale, *v_scale;              // e4m3 only (device pointers); nullptr means 1
   float scale;
   VarlenShape s;

@@ -35,7 +35,8 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
   planned_ = false;
   check_planned(s, dtype, cache);
   const int g = grid > 0 ? grid : wave_size(dtype, cache, s.head_size);
-  use_plan(s, dtype, cache, make_plan(s, seq_lens, query_start_loc, g, chunk_tokens), stream);
+  use_plan(s, dtype, cache, make_plan(s, seq_lens, query_start_loc, g, chunk_tokens), stream,
+           query_start_loc);
 }
 
 std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds) {
@@ -53,8 +54,28 @@ std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds) {
 }
 
 // ANCHOR: plan_upload
+// The merge kernel's blocks: one per row of each split tile it may merge (merged_apart), with
+// the batch's query_start_loc; without it, kTileRows per tile of enough chunks to be one.
+std::vector<MergeRow> merge_rows(const VarlenShape& s, const Plan& plan,
+                                 const std::vector<int>& query_start_loc) {
+  const int G = s.num_q_heads / s.num_kv_heads;
+  std::vector<MergeRow> rows;
+  for (const WorkItem& w : plan.items) {
+    if (w.split != 0 || w.num_splits <= kApartChunks) continue;  // one entry per such tile
+    int n = kTileRows;
+    if (!query_start_loc.empty()) {
+      PA_REQUIRE(size_t(w.seq) + 1 < query_start_loc.size(), "use_plan: query_start_loc has no sequence " << w.seq);
+      n = tile_rows(query_start_loc[size_t(w.seq) + 1] - query_start_loc[size_t(w.seq)], G, w.row0);
+      if (!merged_apart(w.num_splits, n)) continue;
+    }
+    for (int r = 0; r < n; ++r)
+      rows.push_back({w.seq, w.kv_head, w.row0, r, w.num_splits, w.partial_base, w.counter, n});
+  }
+  return rows;
+}
+
 void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const std::vector<int>& query_start_loc) {
   planned_ = false;
   check_planned(s, dtype, cache);
   by_rounds_ = items_by_rounds(plan, &host_rounds_);
@@ -66,13 +87,19 @@ void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cach
   rounds_.reserve(1, 0);
   counters_.reserve(size_t(plan_.num_counters), 0);  // zero; each launch leaves them zero
   const size_t rows = size_t(plan_.partial_rows);
-  group_counters_.reserve(rows / kTileRows, 0);  // one per chunk of a split tile, zero too
+  arrivals_.reserve(rows / kTileRows, 0);  // the merge kernel's, one per chunk (zero too)
   max_logits_.reserve(rows, 0xff);
   exp_sums_.reserve(rows, 0xff);
   partial_out_.reserve(rows * size_t(s.head_size), 0xff);
   PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds_.data(), by_rounds_.size() * sizeof(WorkItem),
                                 cudaMemcpyHostToDevice, stream));
   PA_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), &host_rounds_, sizeof(int), cudaMemcpyHostToDevice, stream));
+  merge_rows_host_ = merge_rows(s, plan, query_start_loc);
+  num_merge_rows_ = int(merge_rows_host_.size());
+  merge_rows_.reserve(merge_rows_host_.size(), 0);
+  if (num_merge_rows_ > 0)
+    PA_CUDA_CHECK(cudaMemcpyAsync(merge_rows_.get(), merge_rows_host_.data(),
+                                  merge_rows_host_.size() * sizeof(MergeRow), cudaMemcpyHostToDevice, stream));
   planned_ = true;
 }
 // ANCHOR_END: plan_upload

@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "decode_warps.cuh"       // decode items: chapter 9's warps
-#include "merge_tree.cuh"         // a tile of many chunks: the merge as a tree
+#include "merge_kernel.cuh"       // the merge of a split tile of many rows or chunks
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "tc_block.cuh"           // chapter 9: MmaType, pack2, chunk_to_pairs, four_to_pairs
 #include "varlen_args.cuh"
@@ -104,12 +104,10 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 //           halves of every stage; the states of a group's warps are merged at the end, as
 //           chapter 4's warps did.
 // Mask: the mask policy (CausalMask in varlen_args.cuh: chapter 10's; chapter 12 supplies a
-// sliding window, sinks and a soft-cap). merge_later (false on entry) is the solution's: its
-// merge leaves a tile of many chunks to the kernel's loop (merge_tree.cuh); a one-level
-// merge of your own never needs it.
+// sliding window, sinks and a soft-cap).
 template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
 __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem,
-                            const Mask& policy, bool& merge_later) {
+                            const Mask& policy) {
   using L = StageLayout<C, D>;
   using E = typename MmaType<C>::type;  // what the tensor cores multiply: T, or fp16 for e4m3
   constexpr int x = L::x, kChunks = L::kChunks, kGroups = (kChunks + 3) / 4, kPairs = x / 2;
@@ -596,9 +594,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   for (k = first; k < *a.rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
-    bool merge_later = false;  // set by the solution's split-tile merge: a tree (merge_tree.cuh)
-    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask, merge_later);
-    if (merge_later) merge_tree<T, C, D>(a, w, smem);
+    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);
   }
 }
 // ANCHOR_END: kernel

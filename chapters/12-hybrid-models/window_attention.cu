@@ -59,13 +59,14 @@ void WindowAttention::plan(const ch10::VarlenShape& s, DType dtype, const std::v
   check_window_metadata(s, block_table, seq_lens, query_start_loc, opt.window);
   const int g = grid > 0 ? grid : ch10::wave_size(dtype, ch10::CacheType::model_dtype, s.head_size);
   use_plan(s, dtype, ch10::make_plan(s, seq_lens, query_start_loc, g, chunk_tokens, opt.window), opt,
-           stream);
+           stream, query_start_loc);
 }
 
 void WindowAttention::use_plan(const ch10::VarlenShape& s, DType dtype, const ch10::Plan& plan,
-                               const WindowOptions& opt, cudaStream_t stream) {
+                               const WindowOptions& opt, cudaStream_t stream,
+                               const std::vector<int>& query_start_loc) {
   check_planned(s, dtype, opt);
-  runner_.use_plan(s, dtype, ch10::CacheType::model_dtype, plan, stream);
+  runner_.use_plan(s, dtype, ch10::CacheType::model_dtype, plan, stream, query_start_loc);
   opt_ = opt;
   if (!opt.sinks.empty()) {
     sinks_.reserve(opt.sinks.size(), 0);

@@ -104,6 +104,13 @@ struct WorkItem {
 };
 // ANCHOR_END: work_item
 
+// One thread block of the merge kernel (solutions/10-varlen-attention/merge_kernel.cuh):
+// row `row` of a split tile (its first item's seq, kv_head, row0, num_splits, partial_base
+// and counter); `blocks` thread blocks merge that tile.
+struct MergeRow {
+  int seq, kv_head, row0, row, num_splits, partial_base, counter, blocks;
+};
+
 // ANCHOR: plan
 // What plan() computes on the host: every work item, dealt to `grid` thread blocks. Thread
 // block c runs items[cta_start[c]] .. items[cta_start[c + 1] - 1]: its warp items first,
@@ -188,8 +195,11 @@ class VarlenAttention {
   // ring). A plan must cover the batch as make_plan's do (see Plan and WorkItem; kv_begin a
   // multiple of 8 tokens, 16 for e4m3: one 16-byte copy of V); only its cta_start is
   // checked. seq_lens and query_start_loc as for plan().
+  // query_start_loc (the batch's, as for plan()) tells which split tiles the merge kernel
+  // takes and how many rows each has; without it, every split tile that may be one gets a
+  // block for each of kTileRows rows (a tile of fewer rows leaves the rest idle).
   void use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
-                cudaStream_t stream = nullptr);
+                cudaStream_t stream = nullptr, const std::vector<int>& query_start_loc = {});
 
   // run() with a later chapter's mask policy in place of chapter 10's causal mask (a type
   // like CausalMask in solutions/10-varlen-attention/varlen_args.cuh; chapter 12's sliding
@@ -220,7 +230,10 @@ class VarlenAttention {
   DeviceBuffer<WorkItem> items_;
   std::vector<WorkItem> by_rounds_;  // the items in the device's layout
   int host_rounds_ = 0;              // the most items of any block (copied to rounds_)
-  DeviceBuffer<int> rounds_, counters_, group_counters_;
+  DeviceBuffer<int> rounds_, counters_, arrivals_;
+  DeviceBuffer<MergeRow> merge_rows_;  // the merge kernel's blocks (merge_kernel.cuh)
+  std::vector<MergeRow> merge_rows_host_;  // (kept until the copy is done, as by_rounds_)
+  int num_merge_rows_ = 0;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 // ANCHOR_END: runner

@@ -55,9 +55,11 @@ class WindowAttention {
             const WindowOptions& opt, int chunk_tokens = 0, int grid = 0,
             cudaStream_t stream = nullptr);
   // A plan made elsewhere (tests: a plan without the window, whose items start at key 0 --
-  // the kernel must still skip what no row sees). The options are checked as in plan().
+  // the kernel must still skip what no row sees). The options are checked as in plan();
+  // query_start_loc as for chapter 10's use_plan.
   void use_plan(const ch10::VarlenShape& s, DType dtype, const ch10::Plan& plan,
-                const WindowOptions& opt, cudaStream_t stream = nullptr);
+                const WindowOptions& opt, cudaStream_t stream = nullptr,
+                const std::vector<int>& query_start_loc = {});
 
   // out, q [num_tokens, Hq, D]; the pools in chapter 2's layouts (half or bf16); block_table,
   // seq_lens, query_start_loc on the device, holding what plan() was given.

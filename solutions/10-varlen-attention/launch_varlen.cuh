@@ -80,11 +80,17 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
   if (plan_.items.empty()) return;  // no new tokens at all
   const VarlenArgs<T, C> a{out, q, k_pool, v_pool, block_table, seq_lens, query_start_loc,
                            items_.get(), rounds_.get(), max_logits_.get(), exp_sums_.get(),
-                           partial_out_.get(), counters_.get(), group_counters_.get(), k_scale, v_scale, scale, shape_};
+                           partial_out_.get(), counters_.get(), k_scale, v_scale, scale, shape_};
+  const MergeArgs<T> m{out, query_start_loc, max_logits_.get(), exp_sums_.get(), partial_out_.get(),
+                       counters_.get(), arrivals_.get(), merge_rows_.get(), shape_.num_q_heads,
+                       shape_.num_q_heads / shape_.num_kv_heads};
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;
     using K = Kernel<T, C, D, Mask>;
     pa::launch(K::get(), dim3(plan_.grid), dim3(kWarps * 32), K::kSmem, stream, a, mask);
+    // Then the split tiles the kernel left to merge_kernel, one thread block a row.
+    if (num_merge_rows_ > 0)
+      pa::launch(merge_kernel<T, D>, dim3(num_merge_rows_), dim3(D / 4 * kMergeLanes), 0, stream, m);
   });
 }
 

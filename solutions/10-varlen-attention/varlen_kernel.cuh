@@ -26,7 +26,7 @@
 #include <type_traits>
 
 #include "decode_warps.cuh"       // decode items: chapter 9's warps
-#include "merge_tree.cuh"         // a tile of many chunks: the merge as a tree
+#include "merge_kernel.cuh"       // the merge of a split tile of many rows or chunks
 #include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "tc_block.cuh"           // chapter 9: MmaType, pack2, chunk_to_pairs, four_to_pairs
 #include "varlen_args.cuh"
@@ -103,12 +103,10 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 //           halves of every stage; the states of a group's warps are merged at the end, as
 //           chapter 4's warps did.
 // Mask: the mask policy (CausalMask in varlen_args.cuh: chapter 10's; chapter 12 supplies a
-// sliding window, sinks and a soft-cap). merge_later (false on entry) is the solution's: its
-// merge leaves a tile of many chunks to the kernel's loop (merge_tree.cuh); a one-level
-// merge of your own never needs it.
+// sliding window, sinks and a soft-cap).
 template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
 __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem,
-                            const Mask& policy, bool& merge_later) {
+                            const Mask& policy) {
   using L = StageLayout<C, D>;
   using E = typename MmaType<C>::type;  // what the tensor cores multiply: T, or fp16 for e4m3
   constexpr int x = L::x, kChunks = L::kChunks, kGroups = (kChunks + 3) / 4, kPairs = x / 2;
@@ -605,7 +603,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   //   from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
   //   w.partial_base + (i / D) * w.num_splits, w.num_splits, D, i % D)). (The solution also
   //   keeps each row's weights in the ring, loads many partials at once, and merges a tile of
-  //   more than 16 chunks in a tree, merge_tree.cuh: faster, not needed.)
+  //   more than 8 rows or 256 chunks in a kernel of its own, merge_kernel.cuh: faster, not
+  //   needed.)
   // BEGIN SOLUTION(ch10, stretch)
   // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
   // normalised output), rows [local row][split] so that a row's chunks are consecutive.
@@ -623,9 +622,11 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       a.exp_sums[at] = l_run[r];
     }
   }
-  // More chunks than one merge takes: the kernel's loop merges them in a tree (merge_tree.cuh).
-  if (merges_in_tree(w.num_splits, tile_rows)) {
-    merge_later = true;
+  // A tile of many chunks (merged_apart): the merge kernel merges it after this launch,
+  // many rows at once (merge_kernel.cuh). Each chunk counts once; the ticket then reads
+  // num_splits, which tells that kernel the tile is its own.
+  if (merged_apart(w.num_splits, tile_rows)) {
+    if (threadIdx.x == 0) atomicAdd(a.counters + w.counter, 1);
     return;
   }
   // The last chunk of the tile to finish merges them all (chapter 9's ticket). The fence
@@ -640,7 +641,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   if (!__syncthreads_or(last)) return;
   __threadfence();
   // Chapter 5's merge, in two passes: each row's weights exp_sum_p * exp(max_p - M) / L once
-  // (in the ring: at most 8 KB, merges_in_tree), then every output element is one weighted
+  // (in the ring: at most 64 x 16 or 8 x 256 floats, merged_apart), then every output element is one weighted
   // sum of its row's partials.
   // The partials were written by other SMs and are read from L2: a load takes a microsecond
   // or so, and the merge is a chain of them unless many are in flight at once (as scalar
@@ -758,9 +759,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   for (k = first; k < *a.rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
-    bool merge_later = false;  // set by the solution's split-tile merge: a tree (merge_tree.cuh)
-    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask, merge_later);
-    if (merge_later) merge_tree<T, C, D>(a, w, smem);
+    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);
   }
 }
 // ANCHOR_END: kernel

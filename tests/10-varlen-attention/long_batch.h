@@ -1,7 +1,7 @@
 // Chapter 10's long batches, built in the test rather than shipped as golden files: N(0,1)
 // fp16 values over permuted blocks, a NaN-filled block behind every table's padding, and a
 // run under any forced chunk with the workspace and the output poisoned. test_long.cpp (GPU
-// only) and test_merge_tree.cpp (the emulator too) use it.
+// only) and test_many_chunks.cpp (the emulator too) use it.
 #pragma once
 
 #include <algorithm>

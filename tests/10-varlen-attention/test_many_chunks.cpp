@@ -1,7 +1,7 @@
-// Stretch (the split-tile merge), on the emulator too: tiles cut into more chunks than one
-// merge group holds (16), whose partials the solution merges in a tree -- groups of 16
-// chunks merged by their last member, then groups of groups. A student's one-level merge
-// passes these as well: they check the rows, not the order of the merge.
+// Stretch (the split-tile merge), on the emulator too: tiles cut into many chunks, whose
+// partials the solution leaves to the merge kernel (merge_kernel.cuh: one thread block a
+// row, each of 8 lanes merging every 8th chunk). A student's one-level merge passes these
+// as well: they check the rows, not how the merge is done.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,18 +35,19 @@ void expect_rows(LongBatch& batch, int want_splits, const char* what) {
       << what << ", the second launch on the same runner: are the tickets left at zero?";
 }
 
-// 32 query heads on one KV head: one 32-row tile over 2,373 keys, 38 chunks (groups of 16,
-// 16 and 6, then the three groups' results).
-TEST(StretchMergeTree, MultiQueryDecodeOfThirtyEightChunks) {
+// 32 query heads on one KV head: one 32-row tile over 2,373 keys, 38 chunks (a lane's 5 or
+// 4 chunks, then the 8 lanes).
+TEST(StretchManyChunks, MultiQueryDecodeOfThirtyEightChunks) {
   LongBatch batch(32, 1, 64, 16, {2373, 40}, {1, 1}, 7);
   expect_rows(batch, 38, "MQA decode over 2373 keys beside one over 40");
 }
 
 // A 64-token chunk at positions 1000..1063, its KV cut by hand into 133 chunks of 8 tokens
-// (make_plan's are multiples of 64): 9 groups, the last [1024, 1064) of 5 chunks, none of
-// whose keys rows 0..23 see. Those rows' group result is a sum of 0 (and not 0 / 0), which
-// the top level must weigh as nothing.
-TEST(StretchMergeTree, RowsThatSeeNoKeyOfAGroup) {
+// (make_plan's are multiples of 64), a plan given without query_start_loc (the merge
+// kernel's blocks for all 64 rows). Rows 0..23 see none of the keys of [1024, 1064): their
+// chunks there are a sum of 0 (and not 0 / 0), which the merge must weigh as nothing, also
+// when a lane's first chunks are such ones.
+TEST(StretchManyChunks, RowsThatSeeNoKeyOfSomeChunks) {
   LongBatch batch(2, 2, 64, 16, {1064}, {64}, 9);
   std::vector<int> tokens(64);
   std::iota(tokens.begin(), tokens.end(), 0);
@@ -64,11 +65,11 @@ TEST(StretchMergeTree, RowsThatSeeNoKeyOfAGroup) {
       << "a 64-token chunk over 1000 cached tokens, cut by hand into 133 chunks of 8 tokens";
 }
 
-// 258 chunks of a 16-row tile (16 query heads on one KV head): groups of 16 (the 17th of 2
-// chunks), then groups of 256 chunks (the second of one group: nothing to merge), then the
-// top of 2. With 8 heads the tile is a decode tile, which merges in a tree only past 256
-// chunks (its one-level merge keeps 8 x 256 weights at most): this one does.
-TEST(StretchMergeTree, ThreeLevels) {
+// 258 chunks of a 16-row tile (16 query heads on one KV head), a lane's batches of 8 chunks
+// rescaled as its max grows. With 8 heads the tile is a decode tile, which the attention
+// kernel merges itself up to 256 chunks (its one-level merge keeps 8 x 256 weights at
+// most): this one it leaves to the merge kernel.
+TEST(StretchManyChunks, PastTwoHundredFiftySixChunks) {
   LongBatch batch(16, 1, 64, 16, {64 * 257 + 1}, {1}, 11);
   expect_rows(batch, 258, "16 heads, a decode over 16449 keys");
   LongBatch decode(8, 1, 64, 16, {64 * 257 + 1}, {1}, 12);
