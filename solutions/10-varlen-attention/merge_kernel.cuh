@@ -1,5 +1,5 @@
-// Chapter 10: the merge of a split tile of more than a decode tile's 8 rows, or of more than
-// 256 chunks, in a kernel of its own, launched after the attention kernel. Each of the
+// Chapter 10: the merge of a split tile of many chunks (merged_apart, below) in a kernel of
+// its own, launched after the attention kernel. Each of the
 // tile's rows is one thread block: 8 lanes for each 4-float piece of the row, each lane
 // merging every 8th chunk (online, as chapter 5's merge), then the 8 lanes combined by
 // shuffles. A tile's 2 MB of partials (MQA's 32 rows cut 128 ways) is read by 32 SMs at

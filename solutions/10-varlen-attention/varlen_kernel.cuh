@@ -603,8 +603,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   //   from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
   //   w.partial_base + (i / D) * w.num_splits, w.num_splits, D, i % D)). (The solution also
   //   keeps each row's weights in the ring, loads many partials at once, and merges a tile of
-  //   more than 8 rows or 256 chunks in a kernel of its own, merge_kernel.cuh: faster, not
-  //   needed.)
+  //   many chunks in a kernel of its own, merge_kernel.cuh: faster, not needed.)
   // BEGIN SOLUTION(ch10, stretch)
   // One chunk of a split tile: chapter 5's partial results (natural-log max, exp-sum,
   // normalised output), rows [local row][split] so that a row's chunks are consecutive.
