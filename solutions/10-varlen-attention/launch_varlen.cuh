@@ -88,9 +88,10 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
     constexpr int D = decltype(d)::value;
     using K = Kernel<T, C, D, Mask>;
     pa::launch(K::get(), dim3(plan_.grid), dim3(kWarps * 32), K::kSmem, stream, a, mask);
-    // Then the split tiles the kernel left to merge_kernel, one thread block a row.
+    // Then the split tiles the kernel left to merge_kernel, one thread block a row, its
+    // blocks placed before the attention kernel ends.
     if (num_merge_rows_ > 0)
-      pa::launch(merge_kernel<T, D>, dim3(num_merge_rows_), dim3(D / 4 * kMergeLanes), 0, stream, m);
+      pa::launch_dependent(merge_kernel<T, D>, dim3(num_merge_rows_), dim3(D / 4 * merge_lanes<D>()), 0, stream, m);
   });
 }
 

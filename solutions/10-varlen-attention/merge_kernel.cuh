@@ -1,11 +1,11 @@
 // Chapter 10: the merge of a split tile of many chunks (merged_apart, below) in a kernel of
-// its own, launched after the attention kernel. Each of the
-// tile's rows is one thread block: 8 lanes for each 4-float piece of the row, each lane
-// merging every 8th chunk (online, as chapter 5's merge), then the 8 lanes combined by
-// shuffles. A tile's 2 MB of partials (MQA's 32 rows cut 128 ways) is read by 32 SMs at
-// once, not by one block after the others (inside the kernel a merge was one block alone at
-// about 20 GB/s, and any code added there moved the main loop's registers: NOTES.md, ch10
-// v16).
+// its own, launched after the attention kernel and placed on the GPU before that one ends
+// (a dependent launch, pa/dependent_launch.h). Each of the tile's rows is one thread block:
+// 16 lanes for each 4-float piece of the row (8 at D 256), each lane merging every 16th
+// chunk (online, as chapter 5's merge), then the lanes combined by shuffles. A tile's 2 MB
+// of partials (MQA's 32 rows cut 128 ways) is read by 32 SMs at once, not by one block
+// after the others (inside the kernel a merge was one block alone at about 20 GB/s, and any
+// code added there moved the main loop's registers: NOTES.md, ch10 v16 to v18).
 //
 // Given code (not an exercise). A student's one-level merge still runs for every split tile
 // (stretch exercise 5): it leaves the tile's ticket at 0, and this kernel merges only a tile
@@ -18,6 +18,7 @@
 
 #include "tc_block.cuh"  // chapter 9: pack2
 #include "pa/ch10_varlen.h"
+#include "pa/dependent_launch.h"
 
 namespace pa::ch10 {
 
@@ -45,18 +46,23 @@ struct MergeArgs {
   int num_q_heads, group;  // Hq, G
 };
 
-// kLanes lanes per 4-float piece: a thread keeps kBatch chunks' loads in flight.
-constexpr int kMergeLanes = 8, kMergeBatch = 8;
+// merge_lanes<D>() lanes per 4-float piece, each keeping kMergeBatch chunks' loads in
+// flight: 16 x 8 takes MQA's 128 chunks in one round trip; D 256 keeps 8 lanes (512 threads).
+constexpr int kMergeBatch = 8;
+template <int D>
+__host__ __device__ constexpr int merge_lanes() { return D <= 128 ? 16 : 8; }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(D / 4 * kMergeLanes) merge_kernel(MergeArgs<T> a) {
-  constexpr int kQuads = D / 4;
+__global__ void __launch_bounds__(D / 4 * merge_lanes<D>()) merge_kernel(MergeArgs<T> a) {
+  constexpr int kQuads = D / 4, kMergeLanes = merge_lanes<D>();
   const MergeRow m = a.rows[blockIdx.x];
   const int lane = threadIdx.x % kMergeLanes, quad = threadIdx.x / kMergeLanes, S = m.num_splits;
-  // The ticket, read by every block of the tile before the last of them resets it.
-  if (a.counters[m.counter] != S) return;  // a tile the attention kernel merged itself
   const int q_start = a.query_start_loc[m.seq];
   const int n_new = a.query_start_loc[m.seq + 1] - q_start;
+  // Launched while the attention kernel still runs: nothing it writes is read before this.
+  pa::wait_for_prior_grid();
+  // The ticket, read by every block of the tile before the last of them resets it.
+  if (a.counters[m.counter] != S) return;  // a tile the attention kernel merged itself
   if (m.row < tile_rows(n_new, a.group, m.row0)) {
     const int64_t first = m.partial_base + int64_t(m.row) * S;
     const float4* parts = reinterpret_cast<const float4*>(a.partial_out) + first * kQuads + quad;
@@ -89,7 +95,7 @@ __global__ void __launch_bounds__(D / 4 * kMergeLanes) merge_kernel(MergeArgs<T>
       }
       M = M2;
     }
-    // The 8 lanes of this piece (neighbours in the warp) agree on one max and add up.
+    // The lanes of this piece (neighbours in the warp) agree on one max and add up.
     float Mall = M;
     for (int o = 1; o < kMergeLanes; o *= 2) Mall = fmaxf(Mall, __shfl_xor_sync(0xffffffffu, Mall, o));
     const float keep = M == -INFINITY ? 0.f : expf(M - Mall);

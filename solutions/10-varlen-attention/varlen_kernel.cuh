@@ -32,6 +32,7 @@
 #include "varlen_args.cuh"
 #include "pa/async_copy.h"
 #include "pa/ch10_varlen.h"
+#include "pa/dependent_launch.h"
 #include "pa/fast_math.h"
 #include "pa/mma.h"
 
@@ -738,6 +739,9 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
 __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a, Mask mask) {
   constexpr bool kHooks = Mask::kWindow || Mask::kSoftCap || Mask::kSinks;
+  // Every block of this one-wave grid is running: merge_kernel's blocks may be placed now,
+  // to wait there for this kernel's end (dependent_launch.h).
+  pa::let_dependents_start();
   PA_DYNAMIC_SHARED(unsigned char, smem);
   const int warp = threadIdx.x / 32, rounds = *a.rounds;
   auto item = [&](int k) { return a.items[int64_t(k) * gridDim.x + blockIdx.x]; };
