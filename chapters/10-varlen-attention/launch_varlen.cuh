@@ -82,7 +82,7 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
                            items_.get(), rounds_.get(), max_logits_.get(), exp_sums_.get(),
                            partial_out_.get(), counters_.get(), k_scale, v_scale, scale, shape_};
   const MergeArgs<T> m{out, query_start_loc, max_logits_.get(), exp_sums_.get(), partial_out_.get(),
-                       counters_.get(), arrivals_.get(), merge_rows_.get(), shape_.num_q_heads,
+                       counters_.get(), arrivals_.get(), merge_rows_.get(), merge_count_.get(), shape_.num_q_heads,
                        shape_.num_q_heads / shape_.num_kv_heads};
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;
@@ -90,8 +90,8 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
     pa::launch(K::get(), dim3(plan_.grid), dim3(kWarps * 32), K::kSmem, stream, a, mask);
     // Then the split tiles the kernel left to merge_kernel, one thread block a row, its
     // blocks placed before the attention kernel ends.
-    if (num_merge_rows_ > 0)
-      pa::launch_dependent(merge_kernel<T, D>, dim3(num_merge_rows_), dim3(D / 4 * merge_lanes<D>()), 0, stream, m);
+    if (merge_grid_ > 0)
+      pa::launch_dependent(merge_kernel<T, D>, dim3(merge_grid_), dim3(D / 4 * merge_lanes<D>()), 0, stream, m);
   });
 }
 

@@ -42,7 +42,8 @@ struct MergeArgs {
   const float *max_logits, *exp_sums, *partial_out;
   int* counters;        // the tiles' tickets: num_splits when every chunk left the merge here
   int* arrivals;        // one per tile, at partial_base / kTileRows: this kernel's rows (left at 0)
-  const MergeRow* rows;  // one per thread block
+  const MergeRow* rows;  // one per thread block, the first *num_rows of them this plan's
+  const int* num_rows;
   int num_q_heads, group;  // Hq, G
 };
 
@@ -55,6 +56,7 @@ __host__ __device__ constexpr int merge_lanes() { return D <= 128 ? 16 : 8; }
 template <typename T, int D>
 __global__ void __launch_bounds__(D / 4 * merge_lanes<D>()) merge_kernel(MergeArgs<T> a) {
   constexpr int kQuads = D / 4, kMergeLanes = merge_lanes<D>();
+  if (int(blockIdx.x) >= *a.num_rows) return;  // a grid sized by an earlier, larger plan
   const MergeRow m = a.rows[blockIdx.x];
   const int lane = threadIdx.x % kMergeLanes, quad = threadIdx.x / kMergeLanes, S = m.num_splits;
   const int q_start = a.query_start_loc[m.seq];

@@ -165,7 +165,8 @@ std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds);
 enum class CacheType { model_dtype, fp8_e4m3 };
 
 // Plan once per step, run once per layer. Device buffers (the plan, the workspace, the
-// counters) keep their addresses while a plan fits in them, so a captured graph stays valid.
+// counters) keep their addresses while a plan fits in them, and the merge kernel's grid
+// only grows, so a graph captured after the largest step stays valid.
 class VarlenAttention {
  public:
   // The plan for this batch, for queries of `dtype` (fp16 or bf16) and this cache.
@@ -233,7 +234,9 @@ class VarlenAttention {
   DeviceBuffer<int> rounds_, counters_, arrivals_;
   DeviceBuffer<MergeRow> merge_rows_;  // the merge kernel's blocks (merge_kernel.cuh)
   std::vector<MergeRow> merge_rows_host_;  // (kept until the copy is done, as by_rounds_)
-  int num_merge_rows_ = 0;
+  int num_merge_rows_ = 0;                 // this plan's (copied to merge_count_)
+  int merge_grid_ = 0;                     // the merge kernel's grid: the most rows of any plan
+  DeviceBuffer<int> merge_count_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 // ANCHOR_END: runner

@@ -94,12 +94,17 @@ void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cach
   PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds_.data(), by_rounds_.size() * sizeof(WorkItem),
                                 cudaMemcpyHostToDevice, stream));
   PA_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), &host_rounds_, sizeof(int), cudaMemcpyHostToDevice, stream));
+  // The merge kernel's rows, and their count on the device: its grid only grows, as the
+  // buffers do, so a launch captured in a CUDA graph still runs a later plan's merges.
   merge_rows_host_ = merge_rows(s, plan, query_start_loc);
   num_merge_rows_ = int(merge_rows_host_.size());
-  merge_rows_.reserve(merge_rows_host_.size(), 0);
+  merge_grid_ = std::max(merge_grid_, num_merge_rows_);
+  merge_rows_.reserve(size_t(merge_grid_), 0);
+  merge_count_.reserve(1, 0);
   if (num_merge_rows_ > 0)
     PA_CUDA_CHECK(cudaMemcpyAsync(merge_rows_.get(), merge_rows_host_.data(),
                                   merge_rows_host_.size() * sizeof(MergeRow), cudaMemcpyHostToDevice, stream));
+  PA_CUDA_CHECK(cudaMemcpyAsync(merge_count_.get(), &num_merge_rows_, sizeof(int), cudaMemcpyHostToDevice, stream));
   planned_ = true;
 }
 // ANCHOR_END: plan_upload

@@ -24,18 +24,21 @@ using pa::test::LongBatch;
 
 // CUDA graphs: a launch captured on one step's plan and replayed after plan() for another
 // (of no more items) must run the new plan: the kernel may take nothing per plan by value.
-TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
+// (Hq, Hkv): 32/8, and MQA's 32/1, whose long sequence is one tile of many chunks that the
+// merge kernel merges: the short step's plan has none, and its captured launch must still
+// merge the long step's.
+void replay_after_new_plan(int num_q_heads, int num_kv_heads, int long_len, int chunk_tokens) {
   std::vector<int> lens(64, 300);
-  lens[0] = 4000;
-  LongBatch b(32, 8, 128, 16, lens, std::vector<int>(64, 1), 5);
+  lens[0] = long_len;
+  LongBatch b(num_q_heads, num_kv_heads, 128, 16, lens, std::vector<int>(64, 1), 5);
   pa::DeviceBuffer<pa::half> dk(b.k), dv(b.v), dq(b.q), out(b.q.size());
   pa::DeviceBuffer<int> dt(b.table), dl(b.seq_lens), dqsl(b.qsl);
   cudaStream_t stream;
   PA_CUDA_CHECK(cudaStreamCreate(&stream));
   VarlenAttention& attn = b.attn;
   auto plan = [&](const std::vector<int>& seq_lens) {
-    attn.plan(b.shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, b.qsl,
-              pa::ch10::kWholeTiles, 0, stream);
+    attn.plan(b.shape, pa::DType::fp16, CacheType::model_dtype, seq_lens, b.qsl, chunk_tokens, 0,
+              stream);
     dl.upload(seq_lens);
   };
   auto run = [&] {
@@ -55,6 +58,10 @@ TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
     return total;
   };
   const int64_t long_tokens = planned_tokens();
+  int most_chunks = 1;
+  for (const pa::ch10::WorkItem& w : attn.host_plan().items) most_chunks = std::max(most_chunks, w.num_splits);
+  if (num_kv_heads == 1)  // a 32-row tile of more than 16 chunks: the merge kernel's
+    ASSERT_GT(most_chunks, 16) << "the planner's cut of the " << long_len << "-token MQA sequence";
   // The same sequences cut to 32 tokens: 512 warp items, two per thread block (as many
   // items as the long step's whole tiles, so the plans differ in what the items hold).
   // Captured.
@@ -78,6 +85,13 @@ TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
   PA_CUDA_CHECK(cudaGraphExecDestroy(exec));
   PA_CUDA_CHECK(cudaGraphDestroy(graph));
   PA_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(VarlenGraph, AReplayedLaunchRunsTheNewPlan) {
+  replay_after_new_plan(32, 8, 4000, pa::ch10::kWholeTiles);
+}
+TEST(StretchVarlenGraph, AReplayedLaunchMergesTheNewPlansLongTile) {
+  replay_after_new_plan(32, 1, 32768, 0);  // the planner's chunks
 }
 
 // Stretch: the planner splits the 32K sequence's tiles.
@@ -130,9 +144,9 @@ void prefill_chunk(std::initializer_list<int> chunks) {
 TEST(VarlenLong, PrefillChunkOf1024OverA4096Prefix) { prefill_chunk({pa::ch10::kWholeTiles}); }
 TEST(StretchVarlenLong, PrefillChunkOf1024OverA4096Prefix) { prefill_chunk({0, 1024}); }
 
-// A 64-row tile cut into 512 chunks of 64 tokens: the solution's merge tree has three levels
-// (32 groups of 16 chunks, then 2 groups of 16 groups, then the top), each row's weights
-// for one group in the ring. It must agree with the host, as with the planner's own cut.
+// A 64-row tile cut into 512 chunks of 64 tokens: more than one merge keeps weights for,
+// so the solution leaves it to the merge kernel. It must agree with the host, as with the
+// planner's own cut.
 TEST(StretchVarlenLong, FiveHundredTwelveChunksOfOneTile) {
   LongBatch batch(32, 8, 128, 16, {32768}, {16}, 41);  // 16 tokens x 4 heads: a 64-row tile
   std::vector<int> tokens(16);

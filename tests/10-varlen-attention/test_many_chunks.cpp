@@ -1,6 +1,6 @@
 // Stretch (the split-tile merge), on the emulator too: tiles cut into many chunks, whose
 // partials the solution leaves to the merge kernel (merge_kernel.cuh: one thread block a
-// row, each of 8 lanes merging every 8th chunk). A student's one-level merge passes these
+// row, each of 16 lanes merging every 16th chunk). A student's one-level merge passes these
 // as well: they check the rows, not how the merge is done.
 #include <gtest/gtest.h>
 
@@ -33,10 +33,16 @@ void expect_rows(LongBatch& batch, int want_splits, const char* what) {
   // The tickets must be back at zero: the same runner, planned again, runs it again.
   EXPECT_TRUE(pa::test::all_close(batch.run(64), want, dims, 2e-3, 2e-3))
       << what << ", the second launch on the same runner: are the tickets left at zero?";
+  // A later plan of no split tile on the same runner: the merge kernel keeps the grid the
+  // earlier plan sized (as a captured CUDA graph would), and must merge nothing of it.
+  EXPECT_TRUE(pa::test::all_close(batch.run(pa::ch10::kWholeTiles), want, dims, 2e-3, 2e-3))
+      << what << ", whole tiles, planned after the split plan on the same runner";
+  EXPECT_TRUE(pa::test::all_close(batch.run(64), want, dims, 2e-3, 2e-3))
+      << what << ", the split plan again after the whole-tile one";
 }
 
-// 32 query heads on one KV head: one 32-row tile over 2,373 keys, 38 chunks (a lane's 5 or
-// 4 chunks, then the 8 lanes).
+// 32 query heads on one KV head: one 32-row tile over 2,373 keys, 38 chunks (a lane's 3 or
+// 2 chunks, then the 16 lanes).
 TEST(StretchManyChunks, MultiQueryDecodeOfThirtyEightChunks) {
   LongBatch batch(32, 1, 64, 16, {2373, 40}, {1, 1}, 7);
   expect_rows(batch, 38, "MQA decode over 2373 keys beside one over 40");
@@ -66,9 +72,9 @@ TEST(StretchManyChunks, RowsThatSeeNoKeyOfSomeChunks) {
 }
 
 // 258 chunks of a 16-row tile (16 query heads on one KV head), a lane's batches of 8 chunks
-// rescaled as its max grows. With 8 heads the tile is a decode tile, which the attention
-// kernel merges itself up to 256 chunks (its one-level merge keeps 8 x 256 weights at
-// most): this one it leaves to the merge kernel.
+// rescaled as its max grows (at D 64, 16 lanes x 8 chunks a batch: 3 batches). With 8 heads
+// the tile is a decode tile, which the attention kernel merges itself up to 256 chunks (its
+// one-level merge keeps 8 x 256 weights at most): this one it leaves to the merge kernel.
 TEST(StretchManyChunks, PastTwoHundredFiftySixChunks) {
   LongBatch batch(16, 1, 64, 16, {64 * 257 + 1}, {1}, 11);
   expect_rows(batch, 258, "16 heads, a decode over 16449 keys");
