@@ -84,13 +84,22 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
   const MergeArgs<T> m{out, query_start_loc, max_logits_.get(), exp_sums_.get(), partial_out_.get(),
                        counters_.get(), arrivals_.get(), merge_rows_.get(), merge_count_.get(), shape_.num_q_heads,
                        shape_.num_q_heads / shape_.num_kv_heads};
+  // The merge kernel runs if this plan leaves it rows; and in a CUDA graph's capture if any
+  // plan of this runner did, since the graph may be replayed after such a plan.
+  bool capturing = false;
+#if !defined(PA_BACKEND_CPU)
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  capturing = capture != cudaStreamCaptureStatusNone;
+#endif
+  const bool merge_apart = num_merge_rows_ > 0 || (capturing && merge_grid_ > 0);
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;
     using K = Kernel<T, C, D, Mask>;
     pa::launch(K::get(), dim3(plan_.grid), dim3(kWarps * 32), K::kSmem, stream, a, mask);
     // Then the split tiles the kernel left to merge_kernel, one thread block a row, its
     // blocks placed before the attention kernel ends.
-    if (merge_grid_ > 0)
+    if (merge_apart)
       pa::launch_dependent(merge_kernel<T, D>, dim3(merge_grid_), dim3(D / 4 * merge_lanes<D>()), 0, stream, m);
   });
 }
