@@ -6,7 +6,7 @@
 //   first one writes. The wait returns once the first kernel has ended and its writes are
 //   visible, so the second's blocks are already placed and past their launch when it does.
 // The emulator runs kernels one after the other: there, all three are the plain launch and
-// nothing, which is a legal schedule of the overlapped one.
+// nothing, which is a legal schedule of the overlapped one; so are they before sm_90.
 #pragma once
 
 #include <cstdlib>
@@ -35,6 +35,11 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   launch(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
 #elif defined(__CUDACC__)
   static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
+  // Before sm_90 there is no dependent launch: the plain one.
+  int device = 0, major = 0;
+  PA_CUDA_CHECK(cudaGetDevice(&device));
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 9) return launch(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
   cudaLaunchAttribute overlap[1];
   overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap[0].val.programmaticStreamSerializationAllowed = 1;
