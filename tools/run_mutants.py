@@ -278,15 +278,14 @@ def stages_of(names, times):
     return stages if len(stages) > 1 else [None]
 
 
-def run_staged(binary, mut, timeout, times):
+def run_staged(binary, mut, timeout, stages):
     """The first, fail-fast run of a mutant's tests, cheapest first: the tests that took
     under 10 ms in the unmutated run, then under 100 ms, then 1 s, then the rest, each stage
     a fail-fast run that stops at its first failing test. Every test of the filter runs
     unless one fails first, so a mutant is caught exactly when the one run of them all
     would catch it; but most are caught in the first, cheap stage, instead of after every
-    slower test registered before the one that fails. Returns (code, output, timed_out) of
-    the stage that failed, or of the last (all passed)."""
-    stages = stages_of(list_tests(binary, mut) if times else None, times)
+    slower test registered before the one that fails. stages: stages_of's. Returns (code,
+    output, timed_out) of the stage that failed, or of the last (all passed)."""
     outs = []
     for only in stages:
         code, out, timed_out = run_test(binary, mut, timeout, fail_fast=True, only=only)
@@ -296,12 +295,11 @@ def run_staged(binary, mut, timeout, times):
     return code, "".join(outs), timed_out
 
 
-def run_until_named(binary, mut, timeout, times):
+def run_until_named(binary, mut, timeout, stages):
     """The second run, for a mutant caught but not yet named by its first: every test of the
     filter, failing or not, in the stages of run_staged (cheapest first), until the output
     so far matches every `expect` (or all have run; with no times: one run of them all).
     Returns (code, output, timed_out): the first non-zero code, the outputs together."""
-    stages = stages_of(list_tests(binary, mut) if times else None, times)
     outs, worst = [], 0
     for only in stages:
         code, out, timed_out = run_test(binary, mut, timeout, only=only)
@@ -402,11 +400,12 @@ def run_one(m, tree, bdir, args, build_jobs, times=None):
             # run_staged): most mutants are caught and named there. Only when that output
             # does not match every `expect` do all the filter's tests run (cheapest first,
             # until their output matches every `expect`: run_until_named).
-            code, out, timed_out = run_staged(bdir / target, m, args.timeout, times)
+            stages = stages_of(list_tests(bdir / target, m) if times else None, times)
+            code, out, timed_out = run_staged(bdir / target, m, args.timeout, stages)
             caught = timed_out or code != 0
             missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
             if caught and missing and not timed_out:
-                code, out, timed_out = run_until_named(bdir / target, m, args.timeout, times)
+                code, out, timed_out = run_until_named(bdir / target, m, args.timeout, stages)
                 caught = timed_out or code != 0
                 missing = [rx for rx in m["expect"] if not re.search(rx, out, re.MULTILINE)]
     secs = time.time() - start

@@ -202,17 +202,17 @@ def test_a_staged_run_stops_at_the_first_failing_stage_and_runs_every_test_other
         return (1, f"{bad[0]} failed", False) if bad else (0, "ok;", False)
 
     monkeypatch.setattr(run_mutants, "run_test", run_test)
-    monkeypatch.setattr(run_mutants, "list_tests", lambda b, m: ["S.a", "S.b", "S.c", "S.d"])
-    times = {"S.a": 2000, "S.b": 1, "S.c": 20, "S.d": 3}
+    names = ["S.a", "S.b", "S.c", "S.d"]
+    stages = run_mutants.stages_of(names, {"S.a": 2000, "S.b": 1, "S.c": 20, "S.d": 3})
     failing.update({"S.a", "S.c"})
-    code, out, timed_out = run_mutants.run_staged("bin", {}, 10, times)
+    code, out, timed_out = run_mutants.run_staged("bin", {}, 10, stages)
     assert (code, out) == (1, "S.c failed") and ran == [["S.b", "S.d"], ["S.c"]]
     ran.clear()
     failing.clear()
-    code, out, _ = run_mutants.run_staged("bin", {}, 10, times)
+    code, out, _ = run_mutants.run_staged("bin", {}, 10, stages)
     assert code == 0 and sorted(n for r in ran for n in r) == ["S.a", "S.b", "S.c", "S.d"]
     ran.clear()
-    code, out, _ = run_mutants.run_staged("bin", {}, 10, {})  # no times: one plain run
+    code, out, _ = run_mutants.run_staged("bin", {}, 10, run_mutants.stages_of(names, {}))  # no times
     assert ran == [None]
 
 
@@ -233,15 +233,14 @@ def test_the_second_run_stops_once_every_expect_is_matched(monkeypatch):
         return (1 if "S.b" in (only or []) else 0), " ".join(f"<{n}>" for n in (only or ["all"])), False
 
     monkeypatch.setattr(run_mutants, "run_test", run_test)
-    monkeypatch.setattr(run_mutants, "list_tests", lambda b, m: ["S.a", "S.b", "S.c", "S.d"])
-    times = {"S.a": 2000, "S.b": 1, "S.c": 20, "S.d": 500}
-    code, out, _ = run_mutants.run_until_named("bin", {"expect": ["<S.b>", "<S.c>"]}, 10, times)
+    stages = run_mutants.stages_of(["S.a", "S.b", "S.c", "S.d"], {"S.a": 2000, "S.b": 1, "S.c": 20, "S.d": 500})
+    code, out, _ = run_mutants.run_until_named("bin", {"expect": ["<S.b>", "<S.c>"]}, 10, stages)
     assert code == 1 and ran == [["S.b"], ["S.c"]]
     ran.clear()
-    code, out, _ = run_mutants.run_until_named("bin", {"expect": ["<S.x>"]}, 10, times)
+    code, out, _ = run_mutants.run_until_named("bin", {"expect": ["<S.x>"]}, 10, stages)
     assert code == 1 and len(ran) == 4 and all(f"<{n}>" in out for n in "S.a S.b S.c S.d".split())
     ran.clear()
-    run_mutants.run_until_named("bin", {"expect": ["<S.x>"]}, 10, {})
+    run_mutants.run_until_named("bin", {"expect": ["<S.x>"]}, 10, [None])  # no times
     assert ran == [None]
 
 

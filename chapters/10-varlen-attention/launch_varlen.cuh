@@ -86,13 +86,14 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
                        shape_.num_q_heads / shape_.num_kv_heads};
   // The merge kernel runs if this plan leaves it rows; and in a CUDA graph's capture if any
   // plan of this runner did, since the graph may be replayed after such a plan.
-  bool capturing = false;
+  bool merge_apart = num_merge_rows_ > 0;
 #if !defined(PA_BACKEND_CPU)
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  PA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  capturing = capture != cudaStreamCaptureStatusNone;
+  if (!merge_apart && merge_grid_ > 0) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    merge_apart = capture != cudaStreamCaptureStatusNone;
+  }
 #endif
-  const bool merge_apart = num_merge_rows_ > 0 || (capturing && merge_grid_ > 0);
   with_head_size(shape_.head_size, [&](auto d) {
     constexpr int D = decltype(d)::value;
     using K = Kernel<T, C, D, Mask>;

@@ -9,7 +9,6 @@
 // nothing, which is a legal schedule of the overlapped one; so are they before sm_90.
 #pragma once
 
-#include <cstdlib>
 #include <utility>
 
 #include "pa/launch.h"
@@ -50,11 +49,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.stream = stream;
   config.attrs = overlap;
   config.numAttrs = 1;
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  static const bool sync_each = std::getenv("PA_SYNC_LAUNCH") != nullptr;
-  if (err == cudaSuccess && sync_each) err = cudaStreamSynchronize(stream);
-  if (err != cudaSuccess)
-    throw Error(std::string("kernel launch failed: ") + cudaGetErrorString(err));
+  detail::check_launch(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), stream);
 #else
   static_assert(sizeof(kernel) == 0, "pa::launch_dependent must be called from a .cu file");
 #endif
