@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Marks a copy of the tree for a per-block timeline (tools/perf/timeline.h); performance work only.
+
+    python3 tools/perf/apply_timeline.py ROOT      (then build ROOT with -DCMAKE_CUDA_FLAGS=-DPA_TIMELINE)
+
+Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel (start, end) and chapter
+11's mla_decode_kernel (start, first stage landed, end). One launch in 16 then prints a line
+"TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90 max" (us from the
+first block's start). Fails loudly if a kernel no longer has the text it marks.
+"""
+import os
+import shutil
+import sys
+
+root = sys.argv[1]
+here = os.path.dirname(os.path.abspath(__file__))
+shutil.copy(os.path.join(here, "timeline.h"), os.path.join(root, "include/pa/timeline.h"))
+
+
+def edit(rel, pairs):
+    path = os.path.join(root, rel)
+    text = open(path).read()
+    for old, new in pairs:
+        if old not in text:
+            sys.exit(f"apply_timeline: {rel} no longer holds {old!r}")
+        text = text.replace(old, new, 1)
+    open(path, "w").write(text)
+
+
+edit("solutions/11-latent-attention/mla_kernel.cuh", [
+    ('#include "pa/mma.h"\n', '#include "pa/mma.h"\n#include "pa/timeline.h"\n'),
+    ("  PA_DYNAMIC_SHARED(unsigned char, smem);\n  for (int k = 0; k < a.rounds; ++k) {",
+     "  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);\n"
+     "  for (int k = 0; k < a.rounds; ++k) {"),
+    ("    attend_item<T, kFp8>(a, w, smem);\n  }\n}",
+     '    attend_item<T, kFp8>(a, w, smem);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
+    ("    const int tok0 = w.kv_begin + st * kStageTokens;\n\n    // ANCHOR: scores",
+     "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens;\n\n"
+     "    // ANCHOR: scores"),
+])
+edit("solutions/10-varlen-attention/varlen_kernel.cuh", [
+    ('#include "pa/dependent_launch.h"', '#include "pa/dependent_launch.h"\n#include "pa/timeline.h"'),
+    ("  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);",
+     "  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);"),
+    ("    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);\n  }\n}\n// ANCHOR_END: kernel",
+     '    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);\n  }\n  PA_TL_FINISH("ch10");\n}\n'
+     "// ANCHOR_END: kernel"),
+])
+print(f"apply_timeline: {root} marked (build with -DCMAKE_CUDA_FLAGS=-DPA_TIMELINE)")

@@ -1,0 +1,49 @@
+// A per-block timeline of chapter 10's and chapter 11's kernels, for performance work only
+// (never in the course's build): tools/perf/apply_timeline.py copies this header into a tree
+// and marks the kernels; built with -DPA_TIMELINE, one launch in 16 prints, from the last
+// block to finish, when the blocks started, when their first stage had landed (chapter 11;
+// chapter 10: the start again) and when they ended, in us from the first block's start.
+#pragma once
+#ifdef PA_TIMELINE
+#include <cstdio>
+namespace pa::tl {
+__device__ unsigned long long g_rec[2048][3];
+__device__ unsigned int g_done, g_launch;
+__device__ float g_s[2048], g_f[2048], g_e[2048];  // scratch of the summary (no local frame)
+__device__ inline unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ inline void mark(int k) { if (threadIdx.x == 0) g_rec[blockIdx.x][k] = now(); }
+__device__ inline void sort(float* v, int n) {
+  for (int i = 1; i < n; ++i) { float x = v[i]; int j = i - 1; while (j >= 0 && v[j] > x) { v[j + 1] = v[j]; --j; } v[j + 1] = x; }
+}
+__device__ inline void finish(const char* tag) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  g_rec[blockIdx.x][2] = now();
+  __threadfence();
+  if (atomicAdd(&g_done, 1u) != gridDim.x - 1) return;
+  g_done = 0;
+  __threadfence();
+  const unsigned l = g_launch++;
+  if (l % 16 != 9) return;
+  const int n = gridDim.x;
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < n; ++b) t0 = min(t0, g_rec[b][0]);
+  float *s = g_s, *f = g_f, *e = g_e;
+  for (int b = 0; b < n; ++b) {
+    s[b] = (g_rec[b][0] - t0) * 1e-3; f[b] = (g_rec[b][1] - t0) * 1e-3; e[b] = (g_rec[b][2] - t0) * 1e-3;
+  }
+  sort(s, n); sort(f, n); sort(e, n);
+  printf("TL %s grid %d | start p50 %.2f max %.2f | first stage ready min %.2f p50 %.2f max %.2f | end min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f us\n",
+         tag, n, s[n / 2], s[n - 1], f[0], f[n / 2], f[n - 1], e[0], e[n / 10], e[n / 2], e[n * 9 / 10], e[n - 1]);
+}
+}  // namespace pa::tl
+#define PA_TL_MARK(k) pa::tl::mark(k)
+#define PA_TL_FINISH(tag) pa::tl::finish(tag)
+#else
+#define PA_TL_MARK(k)
+#define PA_TL_FINISH(tag)
+#endif
