@@ -15,6 +15,10 @@
 // blocks a window touches (and the null block). Before timing each result is checked
 // against a float reference on the host for sample rows; a mismatch prints MISMATCH and
 // makes the exit status 1.
+// Each decode case also times the streaming read kernel over the same bytes alone in a
+// launch, timed the same way (kernel "read kernel (floor)", same case name): what any
+// kernel that reads that much pays in one launch, its start and end included, at these sizes
+// a few microseconds of the case.
 //   usage: bench_ch12 [--csv FILE] [--md FILE]
 #include <algorithm>
 #include <chrono>
@@ -169,6 +173,14 @@ int main(int argc, char** argv) {
       std::printf("  %.1f us, %.0f%% of the read ceiling on the bytes the windows touch (%.1f s)\n", ms * 1e3,
                   100.0 * tbps / ceil.read_tbps,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (c.n_new == 1) {  // a decode step: the floor of one launch that reads these bytes
+        const double floor_us = pa::bench::read_floor_us(size_t(c.bytes()));
+        const double floor_tbps = c.bytes() / (floor_us * 1e-6) / 1e12;
+        rows.push_back({"read kernel (floor)", c.name, floor_us, c.bytes(), floor_tbps,
+                        100.0 * floor_tbps / ceil.read_tbps, "read"});
+        std::printf("  the read kernel over the same %.1f MB alone in a launch: %.1f us (ours: %.0f%% of its speed)\n",
+                    c.bytes() / 1e6, floor_us, 100.0 * floor_us / (ms * 1e3));
+      }
     }
     pa::bench::report(rows, ceil, prop.name, outputs.csv, outputs.md);
   } catch (const std::exception& e) {

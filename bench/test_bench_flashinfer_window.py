@@ -73,6 +73,27 @@ def test_compare_table(tmp_path):
     assert "(1.04x)" in text and "FlashInfer / ours on it: 1.25x (target 1.0x or more): met" in text
 
 
+def test_compare_floor_rows_are_not_contenders(tmp_path):
+    """bench_ch12's read-kernel floor rows (same case names) never win a case; the target
+    lines compare the window case with its floor."""
+    ours, fi = tmp_path / "o.csv", tmp_path / "f.csv"
+    write_csv(ours, [
+        ("ch12 window", "32/8/32 ctx 32768 window 1024", 55.0, 1.35e8, 80.0),
+        ("read kernel (floor)", "32/8/32 ctx 32768 window 1024", 50.0, 1.35e8, 88.0),
+    ])  # fmt: skip
+    write_csv(fi, [("FlashInfer decode (tensor cores, window_left)", "32/8/32 ctx 32768 window 1024", 55.0, 1.35e8, 80.0)])
+    out = tmp_path / "c.md"
+    r = subprocess.run(
+        [sys.executable, str(HERE / "compare_ch12.py"), str(ours), str(fi), "--out", str(out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert "| 32/8/32 ctx 32768 window 1024 | 55.0 | 55.0 |" in text
+    assert "80.0% of the read ceiling (target 90%): missed" in text
+    assert "alone in a launch, timed the same way: 50.0 us (88.0% of the read ceiling); ours takes 1.10x its time" in text
+
+
 def test_compare_without_flashinfer_rows(tmp_path):
     cmp = tbf.load("compare_ch12", HERE / "compare_ch12.py")
     ours = [{"kernel": "ch12 window", "shape": "32/8/32 ctx 32768 window 1024", "us": "60", "bytes": "1e8",
