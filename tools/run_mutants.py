@@ -10,11 +10,11 @@ not only fail but NAME the cause (which line, which race, which sequence or elem
                                                   # the exercises, which the tests must kill
 
 It copies the repository into build/mutants/tree (without build/, .venv, .git), configures
-one build directory per mode there (build/mutants/build-plain, -check), and for each mutant:
+one build directory per mode in it (build/mutants/tree/build/plain, .../check), and for each mutant:
 applies it (the `find` text must occur exactly once), rebuilds only that chapter's solution
 test, runs it with a timeout, and restores the file. With --jobs N (default: the number of
 cores) N workers do this side by side, each with its own copy and builds (worker k > 0:
-tree-k, build-plain-k, ...), each taking whole chapters, so that it builds only the
+tree-k with tree-k/build/plain, ...), each taking whole chapters, so that it builds only the
 chapters it runs; the lines and the table come out in the same order as with one. A mutant passes
 when the test fails (CAUGHT) and every `expect` regex matches its output (NAMED). The log of
 each run is kept in build/mutants/logs/NAME.log. The file format is in tests/mutants/README.md.
@@ -144,7 +144,9 @@ def sync_tree(tree):
         shutil.copymode(src, dst)
         copied += 1
     removed = 0
-    for dirpath, _, filenames in os.walk(tree):
+    for dirpath, dirnames, filenames in os.walk(tree):
+        if Path(dirpath) == tree:  # the copy's own build/ holds the mutant builds: kept
+            dirnames[:] = [d for d in dirnames if d not in EXCLUDE_TOP]
         for name in filenames:
             rel = str((Path(dirpath) / name).relative_to(tree))
             if rel not in wanted:
@@ -172,8 +174,9 @@ def configure(tree, build_dir, mode, python, opt, log):
     cmd = ["cmake", "-S", str(tree), "-B", str(build_dir), *gen, "-DPA_BACKEND=cpu",
            f"-DPA_PYTHON={python}", "-DCMAKE_BUILD_TYPE=Release",
            # -O1: each mutant recompiles a kernel file; -O1 compiles about 1.5x faster than
-           # the default -O3 and the small test shapes still run in seconds.
-           f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG"]
+           # the default -O3 and the small test shapes still run in seconds. (None: CMake's
+           # own Release flags, for checked mode: opt_of.)
+           f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG" if opt else "-UCMAKE_CXX_FLAGS_RELEASE"]
     if mode == "check":
         cmd.append("-DPA_EMU_CHECK=ON")
     fresh = not (build_dir / "CMakeCache.txt").is_file()
@@ -345,7 +348,7 @@ def targets_of(group):
 
 
 # Chapters whose plain mutant builds use -O0, not -O1 (unless --opt is given), in a build
-# directory of their own (build-plain-O0): chapter 9's mutants each recompile its two kernel
+# directory of their own (plain-O0): chapter 9's mutants each recompile its two kernel
 # files of many instantiations (23 s at -O1, 8 s at -O0 for decode.cu on 2 cores), and its
 # tests take a second or two even at -O0. Elsewhere -O0 costs more in the test runs (the
 # emulated kernels run several times slower: chapter 10's merge tests 3 s -> 50 s) than it
@@ -355,23 +358,37 @@ DEFAULT_OPT = "-O1"
 
 
 def opt_of(key, opt):
-    """The optimisation flags of a group's build: --opt if given, else by chapter."""
+    """The optimisation flags of a group's build: --opt if given, else by chapter; None for
+    checked mode, whose build keeps CMake's Release flags, as `make check-chapter-N`'s: its
+    own -O1 (CMakeLists.txt, PA_EMU_CHECK) comes after them and decides, and the same
+    command lines let ccache serve CI's checked-mode objects to the mutant build."""
     if opt:
         return opt
     mode, chapter = key
+    if mode == "check":
+        return None
     return "-O0" if mode == "plain" and chapter in OPT_O0_CHAPTERS else DEFAULT_OPT
 
 
 def build_name(key, opt):
-    """A group's build directory (before the worker suffix): build-MODE, or build-MODE-O0
-    for a group built at -O0 by default."""
+    """A group's build directory's name: MODE, or MODE-O0 for a group built at -O0 by
+    default."""
     o = opt_of(key, opt)
-    return f"build-{key[0]}" + ("-O0" if not opt and o == "-O0" else "")
+    return key[0] + ("-O0" if not opt and o == "-O0" else "")
+
+
+def build_dir(tree, name):
+    """A worker's build directory NAME: TREE/build/NAME, inside its scratch copy, two levels
+    down as build/cpu and build/cpu-check are in the repository. Every build then names the
+    sources by the same relative paths (../../solutions/...; ccache's CCACHE_BASEDIR makes
+    them relative), so ccache shares the objects between the workers, the two suites and CI's
+    checked-mode build: a chapter another worker (or an earlier step) compiled is a cache hit."""
+    return tree / "build" / name
 
 
 def worker_dir(name, k):
-    """Worker k's scratch copy or build directory. Worker 0 keeps the one-worker names
-    (tree, build-plain, build-check), so an earlier --jobs 1 run's builds serve it."""
+    """Worker k's scratch copy (or log name). Worker 0 keeps the one-worker name (tree), so
+    an earlier --jobs 1 run's builds serve it."""
     return name if k == 0 else f"{name}-{k}"
 
 
@@ -475,7 +492,7 @@ class Pool:
             self.queues[k].append(key)
 
     def built(self, k, key):
-        bdir = self.work / worker_dir(build_name(key, self.args.opt), k)
+        bdir = build_dir(self.trees[k], build_name(key, self.args.opt))
         return all((bdir / t).is_file() for t in targets_of(self.groups[key]))
 
     def take(self, k):
@@ -501,10 +518,10 @@ class Pool:
                     return
                 (mode, chapter), group = got
                 name = build_name((mode, chapter), self.args.opt)
-                bdir = self.work / worker_dir(name, k)
+                bdir = build_dir(tree, name)
                 if name not in configured:
                     configure(tree, bdir, mode, self.python, opt_of((mode, chapter), self.args.opt),
-                              self.logs / f"configure-{worker_dir(name.removeprefix('build-'), k)}.log")
+                              self.logs / f"configure-{worker_dir(name, k)}.log")
                     configured.add(name)
                 # The group's tests once, unmutated: they must build, and afterwards each
                 # mutant rebuilds only what its file touches (plus what the last revert did).
@@ -620,7 +637,7 @@ def main():
                          "chapters (default: the number of cores; with --gpu: build parallelism)")
     ap.add_argument("--opt", default=None,
                     help="optimisation flags of the mutant builds (default -O1, and -O0 for "
-                         "chapter 9 in build-plain-O0; applies when a build directory is "
+                         "chapter 9 in tree/build/plain-O0; applies when a build directory is "
                          "first configured)")
     ap.add_argument("--test-times", metavar="DIR",
                     help="GoogleTest JSON reports of the unmutated tests, DIR/test_chNN_solution.json "

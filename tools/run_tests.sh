@@ -174,6 +174,15 @@ if [ "$backend" = cpu ]; then
         # and chapter 12's 2 in checked mode.)
         [ "$num" = 08 ] && filter=(--gtest_filter=Ch08/*:*Errors*:PrefixCache.AppendAt*:PrefixCache.HashChains*:PrefixCache.Invariants*:PagedVsDense.TheTokens*:PagedVsDense.SameTokensWithChunked*:EngineVariants.Cascade*-Ch08/SamplingGolden.Draws*)
         [ "$num" -ge 10 ] && filter=(--gtest_filter=-*InTheEngine*)
+        # (Chapter 11's StretchFp8Mla.EqualsThe16BitKernelOnTheHostDequantizedPool, 65 of its
+        # 317 s here, runs two launches that other tests run here in the same configuration:
+        # the fp8 kernel, one block, unsplit, on each fp8_mla_ case, as MatchesDequantized...
+        # does; the 16-bit kernel, one block, unsplit, on the same shapes, as
+        # MlaGolden.MatchesReference does on the mla_ cases (same dtype, heads, block size and
+        # lengths; the fp16 edge case has one more sequence, of 65 tokens, where mla_'s edges
+        # stop at 40: block_size + 1 is there as 17). Its claim, bit for bit equal outputs, is
+        # numerical: the plain runs check it.)
+        [ "$num" = 11 ] && filter=(--gtest_filter=-*InTheEngine*:*EqualsThe16BitKernelOnTheHostDequantizedPool*)
         step "checked mode: chapter $num solution is silent (no race, out-of-bounds or uninitialised read)" \
             env PA_EMU_SCHEDULE=forward "$check/test_ch${num}_solution" "${filter[@]}"
     done

@@ -37,29 +37,32 @@ def fake(tmp_path, monkeypatch):
     (tmp_path / "logs").mkdir()
     fail_build = set()
 
+    def name_of(build_dir):  # "tree-1/plain": the worker's copy and the build's name
+        assert build_dir.parent.name == "build"  # inside the worker's scratch copy
+        return f"{build_dir.parent.parent.name}/{build_dir.name}"
+
     def configure(tree, build_dir, mode, python, opt, log):
+        assert build_dir == run_mutants.build_dir(tree, build_dir.name)
         with lock:
-            calls["configured"].append(build_dir.name)
+            calls["configured"].append(name_of(build_dir))
         build_dir.mkdir(parents=True, exist_ok=True)
 
     def build(build_dir, targets, jobs):
         time.sleep(random.uniform(0, 0.01))
         targets = [targets] if isinstance(targets, str) else targets
-        if any((build_dir.name, t) in fail_build for t in targets):
+        if any((name_of(build_dir), t) in fail_build for t in targets):
             return 1, "error: it does not compile"
         for t in targets:
             (build_dir / t).write_text("binary")
             with lock:
-                calls["built"].append((build_dir.name, t))
+                calls["built"].append((name_of(build_dir), t))
         return 0, ""
 
     def run_test(binary, m, timeout, tool=None, fail_fast=False, only=None):
         time.sleep(random.uniform(0, 0.01))
-        tree_file = (binary.parent.parent / run_mutants.worker_dir(
-            "tree", int(binary.parent.name.rsplit("-", 1)[1]) if binary.parent.name.count("-") == 2
-            else 0) / "f.cu").read_text()
+        tree_file = (binary.parent.parent.parent / "f.cu").read_text()
         with lock:
-            calls["ran"].append((m["name"], binary.parent.name, binary.name, tree_file))
+            calls["ran"].append((m["name"], name_of(binary.parent), binary.name, tree_file))
         if m["name"].endswith("-survives"):
             return 0, "all pass", False
         return 1, "killed", False
@@ -78,7 +81,7 @@ def make_pool(tmp, mutants, jobs, seconds=None):
     trees = []
     for k in range(min(jobs, len(groups))):
         t = tmp / run_mutants.worker_dir("tree", k)
-        t.mkdir()
+        t.mkdir(exist_ok=True)
         (t / "f.cu").write_text("good")
         trees.append(t)
     args = types.SimpleNamespace(opt="-O1", timeout=10, record=None, test_times=None)
@@ -131,7 +134,7 @@ def test_check_mode_mutants_go_to_one_worker_in_one_build(fake, capsys):
     pool, order = make_pool(tmp, mutants, 2)
     results = pool.run(order)
     assert [r[0]["name"] for r in results] == [m["name"] for m in order]
-    check_dirs = {bdir for bdir, _ in calls["built"] if bdir.startswith("build-check")}
+    check_dirs = {bdir for bdir, _ in calls["built"] if bdir.endswith("/check")}
     assert len(check_dirs) == 1
     out = capsys.readouterr().out
     assert "   check build of test_ch01_solution test_ch02_solution test_ch04_solution" in out
@@ -141,21 +144,20 @@ def test_a_worker_prefers_chapters_it_built_before(fake):
     tmp, calls = fake
     mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2) for i in range(3)]
     # Worker 1 built chapter 1 in an earlier step, worker 0 chapter 2.
-    (tmp / "build-plain-1").mkdir()
-    (tmp / "build-plain-1" / "test_ch01_solution").write_text("old")
-    (tmp / "build-plain").mkdir()
-    (tmp / "build-plain" / "test_ch02_solution").write_text("old")
+    for tree, target in (("tree-1", "test_ch01_solution"), ("tree", "test_ch02_solution")):
+        (tmp / tree / "build" / "plain").mkdir(parents=True)
+        (tmp / tree / "build" / "plain" / target).write_text("old")
     pool, order = make_pool(tmp, mutants, 2)
     pool.run(order)
-    assert set(calls["built"]) == {("build-plain", "test_ch02_solution"),
-                                   ("build-plain-1", "test_ch01_solution")}
+    assert set(calls["built"]) == {("tree/plain", "test_ch02_solution"),
+                                   ("tree-1/plain", "test_ch01_solution")}
 
 
 def test_an_unmutated_build_failure_stops_the_run(fake):
     tmp, calls = fake
     mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2) for i in range(3)]
-    calls["fail_build"].add(("build-plain", "test_ch01_solution"))
-    calls["fail_build"].add(("build-plain-1", "test_ch01_solution"))
+    calls["fail_build"].add(("tree/plain", "test_ch01_solution"))
+    calls["fail_build"].add(("tree-1/plain", "test_ch01_solution"))
     pool, order = make_pool(tmp, mutants, 2)
     results = pool.run(order)
     assert pool.error and "UNMUTATED" in pool.error and "test_ch01_solution" in pool.error
@@ -246,9 +248,31 @@ def test_the_second_run_stops_once_every_expect_is_matched(monkeypatch):
 
 def test_chapter_9_builds_at_O0_in_a_directory_of_its_own_unless_opt_is_given():
     assert run_mutants.opt_of(("plain", "09"), None) == "-O0"
-    assert run_mutants.build_name(("plain", "09"), None) == "build-plain-O0"
+    assert run_mutants.build_name(("plain", "09"), None) == "plain-O0"
     assert run_mutants.opt_of(("plain", "10"), None) == "-O1"
-    assert run_mutants.build_name(("plain", "10"), None) == "build-plain"
-    assert run_mutants.build_name(("check", "all"), None) == "build-check"
+    assert run_mutants.build_name(("plain", "10"), None) == "plain"
+    assert run_mutants.build_name(("check", "all"), None) == "check"
     assert run_mutants.opt_of(("plain", "09"), "-O2") == "-O2"
-    assert run_mutants.build_name(("plain", "09"), "-O2") == "build-plain"
+    assert run_mutants.build_name(("plain", "09"), "-O2") == "plain"
+
+
+def test_checked_mode_keeps_cmakes_release_flags_and_builds_sit_two_levels_into_the_copy():
+    """Checked mode's build has make check-chapter-N's flags (PA_EMU_CHECK's -O1 decides), and
+    every build dir is TREE/build/NAME, as build/cpu-check is in the repository: the same
+    relative source paths and command lines, so ccache shares the objects."""
+    assert run_mutants.opt_of(("check", "all"), None) is None
+    assert run_mutants.opt_of(("check", "all"), "-O2") == "-O2"
+    tree = Path("/w/tree-1")
+    assert run_mutants.build_dir(tree, "check") == tree / "build" / "check"
+
+
+def test_the_sync_keeps_the_copys_own_builds(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_mutants, "source_files", lambda: ["tools/run_mutants.py"])
+    tree = tmp_path / "tree"
+    (tree / "build" / "plain").mkdir(parents=True)
+    (tree / "build" / "plain" / "test_ch01_solution").write_text("binary")
+    (tree / "stale.txt").write_text("gone")
+    copied, removed = run_mutants.sync_tree(tree)
+    assert (copied, removed) == (1, 1)
+    assert (tree / "build" / "plain" / "test_ch01_solution").is_file()
+    assert (tree / "tools" / "run_mutants.py").is_file() and not (tree / "stale.txt").exists()
