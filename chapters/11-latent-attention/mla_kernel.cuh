@@ -47,24 +47,49 @@
 namespace pa::ch11 {
 
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 2;                          // ring depth
-constexpr int kRowGroups = 2;                       // warps w / 4: rows 32 (w / 4) ..
-constexpr int kQuarters = kWarps / kRowGroups;      // warps w % 4: 128 output columns each
+constexpr int kQuarters = 4;                        // warps w % 4: 128 output columns each
 constexpr int kColsPerWarp = kLatentDim / kQuarters;  // 128
-constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // 16 keys of a stage a warp scores
 constexpr int kNTiles = kColsPerWarp / 8;           // 16 mma n-tiles of output a warp
 constexpr int kKSteps = kRowWidth / 16;             // 36 k-steps of 16 in a score
 constexpr int kRowChunks = kRowWidth / 8;           // 72 16-byte chunks in a row
-constexpr int kPChunks = kStageTokens / 8;          // 8 chunks in a row of P
-constexpr size_t kQBytes = size_t(kTileRows) * kRowWidth * 2;          // 73,728
-constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;   // 73,728
-constexpr size_t kRingBytes = kStages * kStageBytes;                   // 147,456
-constexpr size_t kPBytes = size_t(kTileRows) * kStageTokens * 2;       // 8,192
-constexpr size_t kMaxBytes = size_t(kTileRows) * kQuarters * sizeof(float);  // 1,024
-constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;    // 230,400
-static_assert(kSmemBytes <= 227 * 1024, "one thread block fits an H100 SM's shared memory");
+constexpr int kPChunks = 8;                         // a row of P: 64 keys' chunks (a 32-key stage uses 4)
 static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
+
+// ANCHOR: block_shapes
+// Two shapes of thread block run this kernel (its template parameter RG, row groups):
+//   RG = 2: the design above -- 8 warps, tiles of up to 64 rows, 64-key stages, 230,400 bytes
+//           of shared memory: one thread block an SM.
+//   RG = 1: tiles of at most 32 rows (16 or 32 heads of one new token, 16 heads of two) on
+//           4 warps -- one row group, the same four column quarters -- with 32-key stages, so
+//           each warp scores 8 keys a stage: 115,200 bytes, two thread blocks an SM.
+// On the 8-warp block a 16-row tile leaves the second row group idle at every barrier, and
+// its one row group alone does all of a stage's mma; two 4-warp blocks keep every warp busy,
+// and their stages drift apart, so one's loads and conversions overlap the other's mma.
+template <int RG>
+struct BlockShape {
+  static constexpr int kThreads = 32 * kQuarters * RG;           // 256 or 128
+  static constexpr int kTileRows = 32 * RG;                      // the most rows of a tile it takes
+  static constexpr int kStageTokens = 32 * RG;                   // latent rows a stage holds
+  static constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // keys of a stage a warp scores: 16 or 8
+  static constexpr int kJ = kKeysPerWarp / 8;                    // its n-tiles of scores: 2 or 1
+  static constexpr size_t kQBytes = size_t(kTileRows) * kRowWidth * 2;         // 73,728 or 36,864
+  static constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;  // 73,728 or 36,864
+  static constexpr size_t kRingBytes = kStages * kStageBytes;
+  static constexpr size_t kPBytes = size_t(kTileRows) * kPChunks * 16;         // 8,192 or 4,096
+  static constexpr size_t kMaxBytes = size_t(kTileRows) * kQuarters * sizeof(float);
+  static constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;  // 230,400 or 115,200
+  static constexpr size_t kRawBytes = size_t(kStageTokens) * kFp8RowBytes;    // 41,984 or 20,992
+  // An H100 SM has 228 KB of shared memory; each resident block also holds 1 KB for the system.
+  static_assert((3 - RG) * (kSmemBytes + 1024) <= 228 * 1024, "the blocks fit an H100 SM's shared memory");
+  static_assert(kSmemBytes <= 227 * 1024, "a thread block's shared memory on an H100");
+  static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
+  static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
+};
+static_assert(BlockShape<2>::kTileRows == kTileRows && BlockShape<2>::kStageTokens == kStageTokens &&
+                  BlockShape<2>::kThreads == 32 * kWarps && BlockShape<1>::kTileRows == kSmallTileRows,
+              "include/pa/ch11_mla.h states the block shapes for tests and the book");
+// ANCHOR_END: block_shapes
 
 // ANCHOR: fp8_design
 // The fp8 latent cache (mla_decode_kernel<T, true>): the same kernel on 16-bit rows that it
@@ -73,12 +98,12 @@ static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks
 // 41,984 bytes of slot 1 hold the next stage's raw fp8 rows (64 x 656 bytes, unswizzled).
 // A stage: wait for its raw rows; every thread converts its share into slot 0 (e4m3 ->
 // float, times the tile's scale, -> T; the RoPE part copied); a barrier; the cp.async of the
-// next raw stage starts, and the scores, softmax and P V run as in the 16-bit kernel. The
-// bytes a stage needs, Q + 16-bit stage + raw stage + P + maxima, are 198,656; the kernel asks
-// for the 16-bit kernel's 230,400 (the split merge uses Q and the ring as scratch, and one
-// thread block an SM either way).
-constexpr size_t kRawBytes = size_t(kStageTokens) * kFp8RowBytes;  // 41,984
-static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
+// next raw stage starts, and the scores, softmax and P V run as in the 16-bit kernel. On the
+// 8-warp block the bytes a stage needs, Q + 16-bit stage + raw stage + P + maxima, are
+// 198,656; the kernel asks for the 16-bit kernel's 230,400 (the split merge uses Q and the
+// ring as scratch, and one thread block an SM either way). Tiles of at most 32 rows run on
+// the 4-warp block (block_shapes), half of every part, two blocks an SM: while one converts
+// its stage, the other's warps run their mma.
 constexpr int kRawChunks = kFp8RowBytes / 16;                      // 41 chunks of 16 bytes a row
 // ANCHOR_END: fp8_design
 
@@ -116,13 +141,18 @@ __device__ inline T* chunk_at(T* base, int chunks, int r, int c) {
 __device__ inline int lane_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
 __device__ inline int lane_half(int lane) { return lane >> 4; }
 
-// One work item (see ch10::WorkItem). Every thread of the block calls it with the same item.
-template <typename T, bool kFp8 = false>
+// One work item (see ch10::WorkItem) on a block of RG row groups (BlockShape<RG>; the item's
+// tile has at most kTileRows rows). Every thread of the block calls it with the same item.
+template <typename T, bool kFp8 = false, int RG = 2>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
-  T* qs = reinterpret_cast<T*>(smem);                                          // [64][72 chunks]
-  T* ring = reinterpret_cast<T*>(smem + kQBytes);                              // [2][64][72 chunks]
-  T* ps = reinterpret_cast<T*>(smem + kQBytes + kRingBytes);                   // [64][8 chunks]
-  float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + kPBytes);  // [64][4]
+  using B = BlockShape<RG>;
+  constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens;
+  constexpr int kKeysPerWarp = B::kKeysPerWarp, kJ = B::kJ;  // 16 keys and 2 n-tiles a warp, or 8 and 1
+  constexpr size_t kQBytes = B::kQBytes, kStageBytes = B::kStageBytes, kRingBytes = B::kRingBytes;
+  T* qs = reinterpret_cast<T*>(smem);                                          // [rows][72 chunks]
+  T* ring = reinterpret_cast<T*>(smem + kQBytes);                              // [2][stage rows][72 chunks]
+  T* ps = reinterpret_cast<T*>(smem + kQBytes + kRingBytes);                   // [rows][8 chunks]
+  float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + B::kPBytes);  // [rows][4]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int rg = warp / kQuarters;       // row group: rows 32 rg .. 32 rg + 31 of the tile
   const int quarter = warp % kQuarters;  // output columns 128 quarter ..; keys 16 quarter .. of a stage
@@ -156,8 +186,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   const uint4 zero{0u, 0u, 0u, 0u};
 
   __syncthreads();  // the previous item is done with shared memory
-  // Copies of whole rows: thread i copies chunks i % 4 + 4 k (k = 0 .. 17) of row i / 4 (64
-  // rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its destinations are two
+  // Copies of whole rows: thread i copies chunks i % 4 + 4 k (k = 0 .. 17) of row i / 4 (a
+  // tile's or a stage's rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its destinations are two
   // chunks of its row, d0 and d1, plus 64 k / 2 elements.
   const int my_row = threadIdx.x / 4, my_chunk = threadIdx.x % 4;
   auto copy_row = [&](T* base, const T* src, bool valid) {
@@ -170,7 +200,6 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       else *reinterpret_cast<uint4*>(dst) = zero;
     }
   };
-  static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
   // The fp8 kernel: the raw stage (ring slot 1), copied and converted by the same 4 threads a
   // row. A row past the chunk is zeros (e4m3 0 times scale 0: 0).
   unsigned char* raw = smem + kQBytes + kStageBytes;
@@ -247,7 +276,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     for (int r = 0; r < 2; ++r) m_run[mt][r] = -INFINITY, l_run[mt][r] = 0.f;
   const float scale_log2 = a.scale * 1.4426950408889634f;
   const int row0 = 32 * rg;               // the row group's first row of the tile
-  const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage
+  const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage (16 or 8 a warp)
 
   for (int st = 0; st < num_stages; ++st) {
     const T* kv = ring;
@@ -267,37 +296,41 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
     // ANCHOR: scores
     // sc[mt][j][i]: the score of row row0 + 16 mt + g + 8 (i / 2) against the stage's latent
-    // row key0 + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h).
-    float sc[2][2][4];
+    // row key0 + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h); j < kJ:
+    // a warp scores kKeysPerWarp keys of the stage, 8 a j.
+    float sc[2][kJ][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < kJ; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc[mt][j][i] = 0.f;
-    // TODO(ch11): on return, for mt, j = 0, 1 and i = 0 .. 3, sc[mt][j][i] is the absorbed
-    //   query of tile row row0 + 16 mt + g + 8 (i / 2) (qs: 576 values) dotted with the
-    //   stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
+    // TODO(ch11): on return, for mt = 0, 1, j < kJ and i = 0 .. 3, sc[mt][j][i] is the
+    //   absorbed query of tile row row0 + 16 mt + g + 8 (i / 2) (qs: 576 values) dotted with
+    //   the stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
     //   cores (mma_16x8x16<T>), times scale_log2 -- or exactly -INFINITY if the row does
     //   not attend that key. The key sits at position kpos = tok0 + tk of the sequence; a
     //   row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
     //   own position pos[mt][i / 2] (pos -1: none). Stage rows past the chunk's end hold
     //   zeros. Shared memory is reached only through chunk_at (rows of kRowChunks chunks).
     //   An mma tile with live[mt] false has no row of the tile: skipping its mma is allowed.
+    //   Both block shapes (BlockShape: kJ 2 and kJ 1) run this code.
     (void)tok0;
     (void)scale_log2;
     (void)kv;
     // ANCHOR_END: scores
 
     // ANCHOR: online_softmax
-    // Each row's max over the stage: the warp's 16 keys (its lanes t), then the row group's
+    // Each row's max over the stage: the warp's keys (its lanes t), then the row group's
     // four quarters through shared memory. All four warps take the same inputs in the same
     // order, so they agree on m and on the correction without another exchange.
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = fmaxf(fmaxf(sc[mt][0][2 * r], sc[mt][0][2 * r + 1]), fmaxf(sc[mt][1][2 * r], sc[mt][1][2 * r + 1]));
+        float mx = fmaxf(sc[mt][0][2 * r], sc[mt][0][2 * r + 1]);
+#pragma unroll
+        for (int j = 1; j < kJ; ++j) mx = fmaxf(mx, fmaxf(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
         if (t == 0) maxes[(row0 + 16 * mt + g + 8 * r) * kQuarters + quarter] = mx;
@@ -317,11 +350,11 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
         rescale |= corr[mt][r] != 1.f;
         float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < kJ; ++j) {
           const float p0 = fast_exp2(sc[mt][j][2 * r] - base), p1 = fast_exp2(sc[mt][j][2 * r + 1] - base);
           sum += p0 + p1;
           // P, 16-bit, at [row][key0 + 8 j + 2 t]: where every warp of the row group reads it.
-          *reinterpret_cast<uint32_t*>(chunk_at(ps, kPChunks, row, 2 * quarter + j) + 2 * t) = pack2<T>(p0, p1);
+          *reinterpret_cast<uint32_t*>(chunk_at(ps, kPChunks, row, kJ * quarter + j) + 2 * t) = pack2<T>(p0, p1);
         }
         l_run[mt][r] = l_run[mt][r] * corr[mt][r] + sum;
         m_run[mt][r] = m_new;
@@ -418,14 +451,15 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
-// empty place (seq -1). One thread block per SM (225 KB of shared memory).
-template <typename T, bool kFp8 = false>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaArgs<T> a) {
+// empty place (seq -1). RG = 2: one thread block an SM (225 KB of shared memory); RG = 1: two
+// (113 KB each; the runner takes it when every tile has at most 32 rows).
+template <typename T, bool kFp8 = false, int RG = 2>
+__global__ void __launch_bounds__(BlockShape<RG>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];
     if (w.seq < 0) break;
-    attend_item<T, kFp8>(a, w, smem);
+    attend_item<T, kFp8, RG>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

@@ -184,6 +184,14 @@ void check_mla_metadata(const MlaShape& s, const std::vector<int>& block_table,
 // rows are chapter 10's, row = i * h_q + h for new token i and head h, tiles of 64.
 ch10::VarlenShape planning_shape(const MlaShape& s);
 
+// The thread block the kernel runs on. automatic: 4 warps for an fp8 pool whose tiles all
+// have at most kSmallTileRows rows (there a stage waits on its own conversion, and two blocks
+// an SM overlap one's conversion with the other's mma: 9-12% faster at 16 rows on the H100),
+// 8 warps otherwise (on a 16-bit pool the 4-warp block measured 2-4% slower: twice the
+// stages, each with its barriers and softmax). four_warps: for tests; a batch with a larger
+// tile throws ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
+enum class MlaBlock { automatic, eight_warps, four_warps };
+
 // Plan once per step (chapter 10's make_plan), run once per layer.
 class MlaDecode {
  public:
@@ -213,10 +221,16 @@ class MlaDecode {
            const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
 
   // Lays out and uploads `plan` (plan() is make_plan, then this). Tests call it with plans
-  // make_plan never makes: chunks that end inside a 64-row stage, at any token. A plan must
-  // cover the batch as make_plan's do (ch10::Plan, ch10::WorkItem); only cta_start is checked.
-  void use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream = nullptr);
+  // make_plan never makes: chunks that end inside a stage, at any token. A plan must cover
+  // the batch as make_plan's do (ch10::Plan, ch10::WorkItem); only cta_start is checked.
+  // query_start_loc (the batch's, as for plan()) tells the tiles' rows for set_block's
+  // choice; without it, 8 warps (they take any tile).
+  void use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream = nullptr,
+                const std::vector<int>& query_start_loc = {});
 
+  // The thread block of the next plan() or use_plan() (MlaBlock; automatic unless set).
+  void set_block(MlaBlock block) { block_ = block; }
+  int row_groups() const { return row_groups_; }  // the planned thread block: 2 (8 warps) or 1 (4 warps)
   const ch10::Plan& host_plan() const { return plan_; }
   void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
 
@@ -226,19 +240,25 @@ class MlaDecode {
   DType dtype_ = DType::fp16;
   bool planned_ = false;
   int rounds_ = 0;
+  int row_groups_ = 2;
+  MlaBlock block_ = MlaBlock::automatic;
   DeviceBuffer<ch10::WorkItem> items_;
   DeviceBuffer<int> counters_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 
-// Thread blocks of one wave of the MLA kernel (resident blocks per SM x SMs; the CPU
-// emulator: 4 per worker thread, as chapter 10).
-int mla_wave_size(DType dtype);
+// Thread blocks of one wave of the MLA kernel for tiles of at most max_tile_rows rows
+// (resident blocks per SM x SMs; the CPU emulator: 4 per worker thread, as chapter 10).
+int mla_wave_size(DType dtype, int max_tile_rows = ch10::kTileRows);
 
-// The kernel's tile, for tests and the book.
+// The kernel's tile, for tests and the book: items of up to 64 rows run on thread blocks of
+// 8 warps (2 row groups x 4 column quarters) with 64-row stages, one block an SM; tiles of at
+// most kSmallTileRows rows may also run on blocks of 4 warps (1 row group) with 32-row
+// stages, two blocks an SM (mla_kernel.cuh, BlockShape; MlaBlock below).
 inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
 inline constexpr int kStageTokens = 64;            // latent rows a pipeline stage holds
 inline constexpr int kWarps = 8;                   // 2 row groups x 4 column quarters
+inline constexpr int kSmallTileRows = 32;          // the 4-warp block's tiles
 
 // ---- In chapter 8's engine --------------------------------------------------------------
 

@@ -10,27 +10,57 @@ namespace pa::ch11 {
 
 namespace {
 
-// The kernel for T (kFp8: over an fp8 latent pool), its dynamic shared memory opted in (it
-// is above 48 KB).
-template <typename T, bool kFp8 = false>
+// The kernel for T (kFp8: over an fp8 latent pool) on blocks of RG row groups, its dynamic
+// shared memory opted in (it is above 48 KB).
+template <typename T, bool kFp8, int RG>
 auto kernel_for() {
-  const auto kernel = mla_decode_kernel<T, kFp8>;
+  const auto kernel = mla_decode_kernel<T, kFp8, RG>;
   PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(BlockShape<RG>::kSmemBytes)));
   return kernel;
 }
 
-template <typename T>
+template <typename T, int RG>
 int wave_of() {
-  const auto kernel = kernel_for<T>();
+  const auto kernel = kernel_for<T, false, RG>();
   int sms = 0, per_sm = 4;  // the emulator has no occupancy: 4 per "SM" (worker), as chapter 10
   PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 #if !defined(PA_BACKEND_CPU)
-  PA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes));
+  PA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BlockShape<RG>::kThreads,
+                                                              BlockShape<RG>::kSmemBytes));
 #else
   (void)kernel;
 #endif
   return std::max(1, sms) * std::max(1, per_sm);
+}
+
+// The row groups of the thread block for `block` (MlaBlock): 1 (4 warps, two blocks an SM)
+// or 2. A tile has h_q x new tokens rows, at most 64; without query_start_loc they are unknown.
+int row_groups_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
+  if (block == MlaBlock::eight_warps) return 2;
+  PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
+             "MlaDecode: the 4-warp thread block needs the batch's query_start_loc (use_plan's last argument)");
+  if (query_start_loc.empty()) return 2;
+  int rows = 0, widest = 0;
+  for (size_t b = 0; b + 1 < query_start_loc.size(); ++b) {
+    const int r = std::min(kTileRows, (query_start_loc[b + 1] - query_start_loc[b]) * s.num_q_heads);
+    if (r > rows) rows = r, widest = int(b);
+  }
+  if (block == MlaBlock::four_warps) {
+    PA_REQUIRE(rows <= kSmallTileRows, "sequence " << widest << "'s tiles have " << rows
+                                                   << " rows: the 4-warp thread block takes at most " << kSmallTileRows);
+    return 1;
+  }
+  return s.latent == LatentFormat::fp8_e4m3 && rows <= kSmallTileRows ? 1 : 2;
+}
+
+// The launch of the kernel for T, kFp8 and the planned block shape.
+template <typename T, bool kFp8>
+void launch_mla(const MlaArgs<T>& a, int row_groups, int grid, cudaStream_t stream) {
+  if (row_groups == 1)
+    pa::launch(kernel_for<T, kFp8, 1>(), dim3(grid), dim3(BlockShape<1>::kThreads), BlockShape<1>::kSmemBytes, stream, a);
+  else
+    pa::launch(kernel_for<T, kFp8, 2>(), dim3(grid), dim3(BlockShape<2>::kThreads), BlockShape<2>::kSmemBytes, stream, a);
 }
 
 void check_dtype(DType dtype) {
@@ -54,9 +84,10 @@ const char* pool_words(LatentFormat f) {
 
 }  // namespace
 
-int mla_wave_size(DType dtype) {
+int mla_wave_size(DType dtype, int max_tile_rows) {
   check_dtype(dtype);
-  return dtype == DType::fp16 ? wave_of<half>() : wave_of<bf16>();
+  if (max_tile_rows <= kSmallTileRows) return dtype == DType::fp16 ? wave_of<half, 1>() : wave_of<bf16, 1>();
+  return dtype == DType::fp16 ? wave_of<half, 2>() : wave_of<bf16, 2>();
 }
 
 // ANCHOR: plan
@@ -67,17 +98,21 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
   check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
-  const int g = grid > 0 ? grid : mla_wave_size(dtype);
+  const int rg = row_groups_for(block_, s, query_start_loc);
+  const int g = grid > 0 ? grid : mla_wave_size(dtype, rg == 1 ? kSmallTileRows : kTileRows);
   // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
-  use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream);
+  use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream,
+           query_start_loc);
 }
 // ANCHOR_END: plan
 
-void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream) {
+void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan, cudaStream_t stream,
+                         const std::vector<int>& query_start_loc) {
   planned_ = false;
   check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_shape(s);
+  row_groups_ = row_groups_for(block_, s, query_start_loc);
   // The device's layout, chapter 10's: item k of thread block c at [k * grid + c].
   const std::vector<ch10::WorkItem> by_rounds = ch10::items_by_rounds(plan, &rounds_);
   plan_ = plan;
@@ -116,7 +151,7 @@ void MlaDecode::run(T* out, const T* q, const T* latent_pool, const int* block_t
   const MlaArgs<T> a{out, q, latent_pool, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
                      max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
                      shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
-  pa::launch(kernel_for<T>(), dim3(plan_.grid), dim3(kThreads), kSmemBytes, stream, a);
+  launch_mla<T, false>(a, row_groups_, plan_.grid, stream);
 }
 
 // ANCHOR: run_fp8
@@ -136,7 +171,7 @@ void MlaDecode::run(T* out, const T* q, const uint8_t* latent_pool, const int* b
                max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
                shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
   a.latent_fp8 = latent_pool;
-  pa::launch(kernel_for<T, true>(), dim3(plan_.grid), dim3(kThreads), kSmemBytes, stream, a);
+  launch_mla<T, true>(a, row_groups_, plan_.grid, stream);
 }
 // ANCHOR_END: run_fp8
 

@@ -46,24 +46,49 @@
 namespace pa::ch11 {
 
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 2;                          // ring depth
-constexpr int kRowGroups = 2;                       // warps w / 4: rows 32 (w / 4) ..
-constexpr int kQuarters = kWarps / kRowGroups;      // warps w % 4: 128 output columns each
+constexpr int kQuarters = 4;                        // warps w % 4: 128 output columns each
 constexpr int kColsPerWarp = kLatentDim / kQuarters;  // 128
-constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // 16 keys of a stage a warp scores
 constexpr int kNTiles = kColsPerWarp / 8;           // 16 mma n-tiles of output a warp
 constexpr int kKSteps = kRowWidth / 16;             // 36 k-steps of 16 in a score
 constexpr int kRowChunks = kRowWidth / 8;           // 72 16-byte chunks in a row
-constexpr int kPChunks = kStageTokens / 8;          // 8 chunks in a row of P
-constexpr size_t kQBytes = size_t(kTileRows) * kRowWidth * 2;          // 73,728
-constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;   // 73,728
-constexpr size_t kRingBytes = kStages * kStageBytes;                   // 147,456
-constexpr size_t kPBytes = size_t(kTileRows) * kStageTokens * 2;       // 8,192
-constexpr size_t kMaxBytes = size_t(kTileRows) * kQuarters * sizeof(float);  // 1,024
-constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;    // 230,400
-static_assert(kSmemBytes <= 227 * 1024, "one thread block fits an H100 SM's shared memory");
+constexpr int kPChunks = 8;                         // a row of P: 64 keys' chunks (a 32-key stage uses 4)
 static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
+
+// ANCHOR: block_shapes
+// Two shapes of thread block run this kernel (its template parameter RG, row groups):
+//   RG = 2: the design above -- 8 warps, tiles of up to 64 rows, 64-key stages, 230,400 bytes
+//           of shared memory: one thread block an SM.
+//   RG = 1: tiles of at most 32 rows (16 or 32 heads of one new token, 16 heads of two) on
+//           4 warps -- one row group, the same four column quarters -- with 32-key stages, so
+//           each warp scores 8 keys a stage: 115,200 bytes, two thread blocks an SM.
+// On the 8-warp block a 16-row tile leaves the second row group idle at every barrier, and
+// its one row group alone does all of a stage's mma; two 4-warp blocks keep every warp busy,
+// and their stages drift apart, so one's loads and conversions overlap the other's mma.
+template <int RG>
+struct BlockShape {
+  static constexpr int kThreads = 32 * kQuarters * RG;           // 256 or 128
+  static constexpr int kTileRows = 32 * RG;                      // the most rows of a tile it takes
+  static constexpr int kStageTokens = 32 * RG;                   // latent rows a stage holds
+  static constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // keys of a stage a warp scores: 16 or 8
+  static constexpr int kJ = kKeysPerWarp / 8;                    // its n-tiles of scores: 2 or 1
+  static constexpr size_t kQBytes = size_t(kTileRows) * kRowWidth * 2;         // 73,728 or 36,864
+  static constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;  // 73,728 or 36,864
+  static constexpr size_t kRingBytes = kStages * kStageBytes;
+  static constexpr size_t kPBytes = size_t(kTileRows) * kPChunks * 16;         // 8,192 or 4,096
+  static constexpr size_t kMaxBytes = size_t(kTileRows) * kQuarters * sizeof(float);
+  static constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;  // 230,400 or 115,200
+  static constexpr size_t kRawBytes = size_t(kStageTokens) * kFp8RowBytes;    // 41,984 or 20,992
+  // An H100 SM has 228 KB of shared memory; each resident block also holds 1 KB for the system.
+  static_assert((3 - RG) * (kSmemBytes + 1024) <= 228 * 1024, "the blocks fit an H100 SM's shared memory");
+  static_assert(kSmemBytes <= 227 * 1024, "a thread block's shared memory on an H100");
+  static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
+  static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
+};
+static_assert(BlockShape<2>::kTileRows == kTileRows && BlockShape<2>::kStageTokens == kStageTokens &&
+                  BlockShape<2>::kThreads == 32 * kWarps && BlockShape<1>::kTileRows == kSmallTileRows,
+              "include/pa/ch11_mla.h states the block shapes for tests and the book");
+// ANCHOR_END: block_shapes
 
 // ANCHOR: fp8_design
 // The fp8 latent cache (mla_decode_kernel<T, true>): the same kernel on 16-bit rows that it
@@ -72,12 +97,12 @@ static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks
 // 41,984 bytes of slot 1 hold the next stage's raw fp8 rows (64 x 656 bytes, unswizzled).
 // A stage: wait for its raw rows; every thread converts its share into slot 0 (e4m3 ->
 // float, times the tile's scale, -> T; the RoPE part copied); a barrier; the cp.async of the
-// next raw stage starts, and the scores, softmax and P V run as in the 16-bit kernel. The
-// bytes a stage needs, Q + 16-bit stage + raw stage + P + maxima, are 198,656; the kernel asks
-// for the 16-bit kernel's 230,400 (the split merge uses Q and the ring as scratch, and one
-// thread block an SM either way).
-constexpr size_t kRawBytes = size_t(kStageTokens) * kFp8RowBytes;  // 41,984
-static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
+// next raw stage starts, and the scores, softmax and P V run as in the 16-bit kernel. On the
+// 8-warp block the bytes a stage needs, Q + 16-bit stage + raw stage + P + maxima, are
+// 198,656; the kernel asks for the 16-bit kernel's 230,400 (the split merge uses Q and the
+// ring as scratch, and one thread block an SM either way). Tiles of at most 32 rows run on
+// the 4-warp block (block_shapes), half of every part, two blocks an SM: while one converts
+// its stage, the other's warps run their mma.
 constexpr int kRawChunks = kFp8RowBytes / 16;                      // 41 chunks of 16 bytes a row
 // ANCHOR_END: fp8_design
 
@@ -115,13 +140,18 @@ __device__ inline T* chunk_at(T* base, int chunks, int r, int c) {
 __device__ inline int lane_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
 __device__ inline int lane_half(int lane) { return lane >> 4; }
 
-// One work item (see ch10::WorkItem). Every thread of the block calls it with the same item.
-template <typename T, bool kFp8 = false>
+// One work item (see ch10::WorkItem) on a block of RG row groups (BlockShape<RG>; the item's
+// tile has at most kTileRows rows). Every thread of the block calls it with the same item.
+template <typename T, bool kFp8 = false, int RG = 2>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
-  T* qs = reinterpret_cast<T*>(smem);                                          // [64][72 chunks]
-  T* ring = reinterpret_cast<T*>(smem + kQBytes);                              // [2][64][72 chunks]
-  T* ps = reinterpret_cast<T*>(smem + kQBytes + kRingBytes);                   // [64][8 chunks]
-  float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + kPBytes);  // [64][4]
+  using B = BlockShape<RG>;
+  constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens;
+  constexpr int kKeysPerWarp = B::kKeysPerWarp, kJ = B::kJ;  // 16 keys and 2 n-tiles a warp, or 8 and 1
+  constexpr size_t kQBytes = B::kQBytes, kStageBytes = B::kStageBytes, kRingBytes = B::kRingBytes;
+  T* qs = reinterpret_cast<T*>(smem);                                          // [rows][72 chunks]
+  T* ring = reinterpret_cast<T*>(smem + kQBytes);                              // [2][stage rows][72 chunks]
+  T* ps = reinterpret_cast<T*>(smem + kQBytes + kRingBytes);                   // [rows][8 chunks]
+  float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + B::kPBytes);  // [rows][4]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int rg = warp / kQuarters;       // row group: rows 32 rg .. 32 rg + 31 of the tile
   const int quarter = warp % kQuarters;  // output columns 128 quarter ..; keys 16 quarter .. of a stage
@@ -155,8 +185,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   const uint4 zero{0u, 0u, 0u, 0u};
 
   __syncthreads();  // the previous item is done with shared memory
-  // Copies of whole rows: thread i copies chunks i % 4 + 4 k (k = 0 .. 17) of row i / 4 (64
-  // rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its destinations are two
+  // Copies of whole rows: thread i copies chunks i % 4 + 4 k (k = 0 .. 17) of row i / 4 (a
+  // tile's or a stage's rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its destinations are two
   // chunks of its row, d0 and d1, plus 64 k / 2 elements.
   const int my_row = threadIdx.x / 4, my_chunk = threadIdx.x % 4;
   auto copy_row = [&](T* base, const T* src, bool valid) {
@@ -169,7 +199,6 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       else *reinterpret_cast<uint4*>(dst) = zero;
     }
   };
-  static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
   // The fp8 kernel: the raw stage (ring slot 1), copied and converted by the same 4 threads a
   // row. A row past the chunk is zeros (e4m3 0 times scale 0: 0).
   unsigned char* raw = smem + kQBytes + kStageBytes;
@@ -282,7 +311,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     for (int r = 0; r < 2; ++r) m_run[mt][r] = -INFINITY, l_run[mt][r] = 0.f;
   const float scale_log2 = a.scale * 1.4426950408889634f;
   const int row0 = 32 * rg;               // the row group's first row of the tile
-  const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage
+  const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage (16 or 8 a warp)
 
   for (int st = 0; st < num_stages; ++st) {
     const T* kv = ring;
@@ -302,61 +331,68 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
     // ANCHOR: scores
     // sc[mt][j][i]: the score of row row0 + 16 mt + g + 8 (i / 2) against the stage's latent
-    // row key0 + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h).
-    float sc[2][2][4];
+    // row key0 + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h); j < kJ:
+    // a warp scores kKeysPerWarp keys of the stage, 8 a j.
+    float sc[2][kJ][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < kJ; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc[mt][j][i] = 0.f;
-    // TODO(ch11): on return, for mt, j = 0, 1 and i = 0 .. 3, sc[mt][j][i] is the absorbed
-    //   query of tile row row0 + 16 mt + g + 8 (i / 2) (qs: 576 values) dotted with the
-    //   stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
+    // TODO(ch11): on return, for mt = 0, 1, j < kJ and i = 0 .. 3, sc[mt][j][i] is the
+    //   absorbed query of tile row row0 + 16 mt + g + 8 (i / 2) (qs: 576 values) dotted with
+    //   the stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
     //   cores (mma_16x8x16<T>), times scale_log2 -- or exactly -INFINITY if the row does
     //   not attend that key. The key sits at position kpos = tok0 + tk of the sequence; a
     //   row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
     //   own position pos[mt][i / 2] (pos -1: none). Stage rows past the chunk's end hold
     //   zeros. Shared memory is reached only through chunk_at (rows of kRowChunks chunks).
     //   An mma tile with live[mt] false has no row of the tile: skipping its mma is allowed.
+    //   Both block shapes (BlockShape: kJ 2 and kJ 1) run this code.
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
     //   x 8 latent rows (K^T), one mma.sync per 16 columns, 8 latent rows and 16 query rows:
-    //   36 k-steps x 2 n-tiles x 2 m-tiles. include/pa/mma.h says which elements each lane's
+    //   36 k-steps x kJ n-tiles x 2 m-tiles. include/pa/mma.h says which elements each lane's
     //   registers hold, and how ldmatrix_x4 fills them from 8-element rows.
-    // HINT(2): ldmatrix_x4 with lane l at chunk_at(base, kRowChunks, first_row + lane_row(l),
-    //   2 kk + lane_half(l)) gives: from qs, the whole A fragment of 16 query rows at k-step
-    //   kk; from kv, with the halves the other way round -- row first_key + lane_row'(l), a
-    //   row per 8 lanes of a matrix: first_key + (lane & 7) + 8 (lane >> 4), chunk 2 kk +
-    //   ((lane >> 3) & 1) -- both n-tiles' B fragments: {r[0], r[1]} and {r[2], r[3]}. Mask
-    //   with a select (never multiply by 0: 0 * NaN).
-    // HINT(3): for kk < kKSteps: uint32_t kf[4]; ldmatrix_x4(kf, chunk_at(kv, kRowChunks,
-    //   key0 + (lane & 7) + 8 * (lane >> 4), 2 * kk + ((lane >> 3) & 1))); for mt < 2 (if
-    //   live[mt]): uint32_t af[4]; ldmatrix_x4(af, chunk_at(qs, kRowChunks, row0 + 16 * mt +
-    //   lane_row(lane), 2 * kk + lane_half(lane))); mma_16x8x16<T>(sc[mt][0], af, {kf[0],
-    //   kf[1]}); mma_16x8x16<T>(sc[mt][1], af, {kf[2], kf[3]}). Then for each (mt, j, i):
-    //   kpos = tok0 + key0 + 8 j + 2 t + i % 2; sc[mt][j][i] = kpos < w.kv_end && kpos <=
-    //   pos[mt][i / 2] ? sc[mt][j][i] * scale_log2 : -INFINITY.
+    // HINT(2): ldmatrix_x4 with lane l at chunk_at(qs, kRowChunks, first_row + lane_row(l),
+    //   2 kk + lane_half(l)) gives the whole A fragment of 16 query rows at k-step kk. For B
+    //   each 8 x 8 matrix is 8 keys' 8 columns: lane l at chunk_at(kv, kRowChunks, key0 + 8 j
+    //   + (l & 7), 2 kk + (l >> 3)), kk even, gives n-tile j's B for k-steps kk ({r[0],
+    //   r[1]}) and kk + 1 ({r[2], r[3]}). Mask with a select (never multiply by 0: 0 * NaN).
+    // HINT(3): for kk = 0, 2, .. kKSteps - 2: uint32_t kf[kJ][4]; for j < kJ:
+    //   ldmatrix_x4(kf[j], chunk_at(kv, kRowChunks, key0 + 8 * j + (lane & 7), 2 * kk + (lane
+    //   >> 3))); for h < 2 and mt < 2 (if live[mt]): uint32_t af[4]; ldmatrix_x4(af,
+    //   chunk_at(qs, kRowChunks, row0 + 16 * mt + lane_row(lane), 2 * (kk + h) +
+    //   lane_half(lane))); for j < kJ: mma_16x8x16<T>(sc[mt][j], af, {kf[j][2 * h], kf[j][2
+    //   * h + 1]}). Then for each (mt, j, i): kpos = tok0 + key0 + 8 j + 2 t + i % 2;
+    //   sc[mt][j][i] = kpos < w.kv_end && kpos <= pos[mt][i / 2] ? sc[mt][j][i] * scale_log2
+    //   : -INFINITY.
     // BEGIN SOLUTION
     // STUB: (void)tok0;
     // STUB: (void)scale_log2;
     // STUB: (void)kv;
     if (live[0]) {  // a row group past the tile (16 heads: three of four) loads nothing
       // The lane's rows for ldmatrix, in a group of 8 chunks: k-step kk's chunks are the
-      // group kk / 4's, at kk % 4 (the swizzle is the same in every group).
+      // group kk / 4's (the swizzle is the same in every group). Q: chunk 2 kk + lane_half.
+      // K, 16 keys a warp: matrices (keys 0-7 | 8-15) x (chunk 2 kk | 2 kk + 1), one k-step's
+      // B of both n-tiles a load; 8 keys: chunks 2 kk .. 2 kk + 3 of the 8 keys, B of k-steps
+      // kk and kk + 1 (kk even) a load.
       SmemAddr qa[4], kb[4];
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         qa[m] = smem_addr(chunk_at(qs, kRowChunks, row0 + lane_row(lane), 2 * m + lane_half(lane)));
-        kb[m] = smem_addr(chunk_at(kv, kRowChunks, key0 + (lane & 7) + 8 * (lane >> 4), 2 * m + ((lane >> 3) & 1)));
+        kb[m] = kJ == 2 ? smem_addr(chunk_at(kv, kRowChunks, key0 + (lane & 7) + 8 * (lane >> 4), 2 * m + ((lane >> 3) & 1)))
+                        : smem_addr(chunk_at(kv, kRowChunks, key0 + (lane & 7), 4 * (m % 2) + (lane >> 3)));
       }
-      // Fragments of k-step kk: kf, keys key0 .. + 15 (B of both n-tiles); af[mt], query rows
-      // row0 + 16 mt .. + 15 (A). Two sets: k-step kk + 1's loads are in flight while kk's
-      // mma run (an ldmatrix takes some 30 cycles to land).
+      // Fragments of k-step kk: kf, the keys' B; af[mt], query rows row0 + 16 mt .. + 15 (A).
+      // Two sets: k-step kk + 1's loads are in flight while kk's mma run (an ldmatrix takes
+      // some 30 cycles to land).
       uint32_t kf[2][4], af[2][2][4];
       const bool two = live[1];
       auto load = [&](int kk, int buf) {
-        ldmatrix_x4(kf[buf], kb[kk % 4] + 128 * (kk / 4));  // + 8 chunks (128 bytes) a group
+        if (kJ == 2) ldmatrix_x4(kf[buf], kb[kk % 4] + 128 * (kk / 4));  // + 8 chunks (128 bytes) a group
+        else if (kk % 2 == 0) ldmatrix_x4(kf[kk / 2 % 2], kb[kk / 2 % 2] + 128 * (kk / 4));
         ldmatrix_x4(af[buf][0], qa[kk % 4] + 128 * (kk / 4));
         if (two) ldmatrix_x4(af[buf][1], qa[kk % 4] + 2 * (16 * kRowWidth) + 128 * (kk / 4));
       };
@@ -364,20 +400,25 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         if (kk + 1 < kKSteps) load(kk + 1, (kk + 1) % 2);
-        const uint32_t(&k4)[4] = kf[kk % 2];
-        const uint32_t b0[2] = {k4[0], k4[1]}, b1[2] = {k4[2], k4[3]};
-        mma_16x8x16<T>(sc[0][0], af[kk % 2][0], b0);
-        mma_16x8x16<T>(sc[0][1], af[kk % 2][0], b1);
+        uint32_t b[kJ][2];  // n-tile j's B at k-step kk
+#pragma unroll
+        for (int j = 0; j < kJ; ++j) {
+          const uint32_t(&k4)[4] = kf[kJ == 2 ? kk % 2 : kk / 2 % 2];
+          const int at = kJ == 2 ? 2 * j : 2 * (kk % 2);
+          b[j][0] = k4[at], b[j][1] = k4[at + 1];
+        }
+#pragma unroll
+        for (int j = 0; j < kJ; ++j) mma_16x8x16<T>(sc[0][j], af[kk % 2][0], b[j]);
         if (two) {
-          mma_16x8x16<T>(sc[1][0], af[kk % 2][1], b0);
-          mma_16x8x16<T>(sc[1][1], af[kk % 2][1], b1);
+#pragma unroll
+          for (int j = 0; j < kJ; ++j) mma_16x8x16<T>(sc[1][j], af[kk % 2][1], b[j]);
         }
       }
     }
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < kJ; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int kpos = tok0 + key0 + 8 * j + 2 * t + i % 2;
@@ -387,14 +428,16 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     // ANCHOR_END: scores
 
     // ANCHOR: online_softmax
-    // Each row's max over the stage: the warp's 16 keys (its lanes t), then the row group's
+    // Each row's max over the stage: the warp's keys (its lanes t), then the row group's
     // four quarters through shared memory. All four warps take the same inputs in the same
     // order, so they agree on m and on the correction without another exchange.
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = fmaxf(fmaxf(sc[mt][0][2 * r], sc[mt][0][2 * r + 1]), fmaxf(sc[mt][1][2 * r], sc[mt][1][2 * r + 1]));
+        float mx = fmaxf(sc[mt][0][2 * r], sc[mt][0][2 * r + 1]);
+#pragma unroll
+        for (int j = 1; j < kJ; ++j) mx = fmaxf(mx, fmaxf(sc[mt][j][2 * r], sc[mt][j][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
         if (t == 0) maxes[(row0 + 16 * mt + g + 8 * r) * kQuarters + quarter] = mx;
@@ -414,11 +457,11 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
         rescale |= corr[mt][r] != 1.f;
         float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < kJ; ++j) {
           const float p0 = fast_exp2(sc[mt][j][2 * r] - base), p1 = fast_exp2(sc[mt][j][2 * r + 1] - base);
           sum += p0 + p1;
           // P, 16-bit, at [row][key0 + 8 j + 2 t]: where every warp of the row group reads it.
-          *reinterpret_cast<uint32_t*>(chunk_at(ps, kPChunks, row, 2 * quarter + j) + 2 * t) = pack2<T>(p0, p1);
+          *reinterpret_cast<uint32_t*>(chunk_at(ps, kPChunks, row, kJ * quarter + j) + 2 * t) = pack2<T>(p0, p1);
         }
         l_run[mt][r] = l_run[mt][r] * corr[mt][r] + sum;
         m_run[mt][r] = m_new;
@@ -598,22 +641,38 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       for (int p = 0; p < S; ++p) weights[row * S + p] = total > 0.f ? weights[row * S + p] / total : 0.f;
     }
     __syncthreads();
-    // Four outputs a thread at a time (16-byte loads): the loop waits on memory once per
-    // iteration, and this runs after the tile's last chunk, on its critical path.
-    constexpr int kQuads = kLatentDim / 4;
-    for (int i = threadIdx.x; i < rows * kQuads; i += kThreads) {
-      const int row = i / kQuads, d = 4 * (i % kQuads), q_row = w.row0 + row;
-      const float4* part =
-          reinterpret_cast<const float4*>(a.partial_out + (w.partial_base + int64_t(row) * S) * kLatentDim + d);
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
+    // Outputs four at a time (16-byte loads), kBatch quads of a thread at once: this runs
+    // after the tile's last chunk, on its critical path, where every round trip to the
+    // partials (in L2) is time; a quad a thread at a time waited rows * 128 / kThreads times.
+    constexpr int kQuads = kLatentDim / 4, kBatch = 8;
+    for (int i0 = threadIdx.x; i0 < rows * kQuads; i0 += kBatch * kThreads) {
+      float4 sum[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) sum[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 2
       for (int p = 0; p < S; ++p) {
-        const float wt = weights[row * S + p];
-        const float4 v = part[int64_t(p) * kQuads];
-        sum.x += wt * v.x, sum.y += wt * v.y, sum.z += wt * v.z, sum.w += wt * v.w;
+        float4 v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = i0 + b * kThreads, row = i / kQuads;
+          v[b] = i < rows * kQuads ? reinterpret_cast<const float4*>(
+                                         a.partial_out + (w.partial_base + int64_t(row) * S + p) * kLatentDim)[i % kQuads]
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int i = i0 + b * kThreads;
+          const float wt = i < rows * kQuads ? weights[(i / kQuads) * S + p] : 0.f;
+          sum[b].x += wt * v[b].x, sum[b].y += wt * v[b].y, sum[b].z += wt * v[b].z, sum[b].w += wt * v[b].w;
+        }
       }
-      T* dst = a.out + (int64_t(q_start + q_row / G) * G + q_row % G) * kLatentDim + d;
-      *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<T>(sum.x, sum.y), pack2<T>(sum.z, sum.w));
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = i0 + b * kThreads, row = i / kQuads, d = 4 * (i % kQuads), q_row = w.row0 + row;
+        if (i >= rows * kQuads) break;
+        T* dst = a.out + (int64_t(q_start + q_row / G) * G + q_row % G) * kLatentDim + d;
+        *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<T>(sum[b].x, sum[b].y), pack2<T>(sum[b].z, sum[b].w));
+      }
     }
   } else {
     for (int i = threadIdx.x; i < rows * kLatentDim; i += kThreads) {
@@ -630,14 +689,15 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
-// empty place (seq -1). One thread block per SM (225 KB of shared memory).
-template <typename T, bool kFp8 = false>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaArgs<T> a) {
+// empty place (seq -1). RG = 2: one thread block an SM (225 KB of shared memory); RG = 1: two
+// (113 KB each; the runner takes it when every tile has at most 32 rows).
+template <typename T, bool kFp8 = false, int RG = 2>
+__global__ void __launch_bounds__(BlockShape<RG>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];
     if (w.seq < 0) break;
-    attend_item<T, kFp8>(a, w, smem);
+    attend_item<T, kFp8, RG>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

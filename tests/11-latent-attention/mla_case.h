@@ -19,6 +19,15 @@ inline Dims mla_out_dims(int tokens, int heads, int width = ch11::kLatentDim) {
   return {{"new token", tokens}, {"head", heads}, {"element", width}};
 }
 
+// The most rows of any tile of a batch: h_q x new tokens, at most 64 (the runner picks the
+// 4-warp thread block for tiles of at most 32).
+inline int max_tile_rows(const std::vector<int>& qsl, int heads) {
+  int rows = 0;
+  for (size_t b = 0; b + 1 < qsl.size(); ++b)
+    rows = std::max(rows, std::min(ch11::kTileRows, (qsl[b + 1] - qsl[b]) * heads));
+  return rows;
+}
+
 // An mla_ or naive_ golden case, uploaded. Padding entries of the block table point at a
 // block no sequence owns (all NaN): a kernel that follows one leaks NaN into its output.
 template <typename T>
@@ -47,11 +56,13 @@ struct MlaCase {
   }
 
   // Plans (chunk_tokens and grid: the case's unless given) and runs; the output poisoned first.
-  std::vector<T> run(int chunk = -1, int grid_size = -1) {
+  std::vector<T> run(int chunk = -1, int grid_size = -1, ch11::MlaBlock block = ch11::MlaBlock::automatic) {
     ch11::MlaDecode mla;
+    mla.set_block(block);
     mla.plan(shape, dtype_of<T>(), seq_lens, qsl, chunk < 0 ? chunk_tokens : chunk,
              grid_size < 0 ? grid : grid_size);
     mla.poison_workspace();
+    row_groups = mla.row_groups();
     splits = 0;
     for (const ch10::WorkItem& w : mla.host_plan().items) splits = std::max(splits, w.num_splits);
     poison(out);
@@ -60,11 +71,13 @@ struct MlaCase {
     return out.download();
   }
 
-  // Runs a plan made by hand (MlaDecode::use_plan).
-  std::vector<T> run_plan(const ch10::Plan& plan) {
+  // Runs a plan made by hand (MlaDecode::use_plan) on the thread block `block`.
+  std::vector<T> run_plan(const ch10::Plan& plan, ch11::MlaBlock block = ch11::MlaBlock::automatic) {
     ch11::MlaDecode mla;
-    mla.use_plan(shape, dtype_of<T>(), plan);
+    mla.set_block(block);
+    mla.use_plan(shape, dtype_of<T>(), plan, nullptr, qsl);
     mla.poison_workspace();
+    row_groups = mla.row_groups();
     poison(out);
     mla.run(out.get(), q.get(), pool.get(), d_table.get(), d_seq_lens.get(), d_qsl.get(), scale);
     PA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -76,6 +89,9 @@ struct MlaCase {
   std::vector<int> table, seq_lens, qsl;
   float scale = 0.f;
   int chunk_tokens = 0, grid = 0, splits = 0;
+  int row_groups = 0;  // the last run's thread block: 1 (4 warps) or 2 (8 warps)
+
+  int max_tile_rows() const { return pa::test::max_tile_rows(qsl, shape.num_q_heads); }
   DeviceBuffer<T> q, pool, out;
   DeviceBuffer<int> d_table, d_seq_lens, d_qsl;
 };

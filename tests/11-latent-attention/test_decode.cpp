@@ -38,6 +38,24 @@ TEST_P(MlaGolden, MatchesReference) {
   with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, 0, 1, 1); });
 }
 
+// The same on the 4-warp thread block (one row group, 32-key stages: each warp scores 8 keys
+// of a stage, kJ = 1), which takes tiles of at most 32 rows. On a 16-bit pool the runner
+// picks 8 warps; the fp8 pool's small tiles run on this block.
+TEST_P(MlaGolden, OnTheFourWarpBlock) {
+  const GoldenCase c = golden(GetParam());
+  with_dtype(c, [&](auto t) {
+    using T = decltype(t);
+    MlaCase<T> m(c);
+    if (m.max_tile_rows() > ch11::kSmallTileRows) GTEST_SKIP() << "tiles of " << m.max_tile_rows() << " rows";
+    const auto [atol, rtol] = tolerance_of(c);
+    const std::vector<T> got = m.run(0, 1, ch11::MlaBlock::four_warps);
+    ASSERT_EQ(m.row_groups, 1);
+    EXPECT_TRUE(mla_close(got, c.get<double>("expected"), m.qsl, m.seq_lens, m.shape.num_q_heads, ch11::kLatentDim,
+                          atol, rtol))
+        << c.name() << " (" << c.param("note") << ") on the 4-warp thread block (32-key stages, 8 keys a warp)";
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Ch11, MlaGolden, ::testing::ValuesIn(golden_case_names("ch11", "mla_")),
                          [](const auto& info) { return info.param; });
 

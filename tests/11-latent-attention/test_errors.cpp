@@ -34,6 +34,17 @@ TEST(MlaErrors, WrongWidths) {
                              "a latent row is c_kv 512 + k_rope 64 = 576 wide, got 512 + 128"));
 }
 
+TEST(MlaErrors, FourWarpBlockOnALargeTile) {
+  ch11::MlaDecode m;
+  m.set_block(ch11::MlaBlock::four_warps);
+  EXPECT_NO_THROW(m.plan(good(), DType::fp16, {5, 9}, {0, 1, 3}, 0, 4));  // 16 heads x 2 tokens: 32 rows fit
+  EXPECT_EQ(m.row_groups(), 1);
+  auto s = good();
+  s.num_q_heads = 32;
+  EXPECT_TRUE(error_contains([&] { m.plan(s, DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
+                             "sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32"));
+}
+
 TEST(MlaErrors, BlockSize) {
   auto s = good();
   s.block_size = 8;

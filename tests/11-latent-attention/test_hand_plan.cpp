@@ -35,6 +35,14 @@ ch10::Plan cut_mid_stage(const ch11::MlaShape& s, const std::vector<int>& seq_le
   return plan;
 }
 
+// The thread blocks a hand plan runs on: a batch of tiles of at most 32 rows on both (4 warps
+// with 32-key stages, 8 warps with 64-key stages), any other on the 8-warp one.
+template <typename T>
+std::vector<ch11::MlaBlock> block_shapes(const MlaCase<T>& m) {
+  if (m.max_tile_rows() <= ch11::kSmallTileRows) return {ch11::MlaBlock::four_warps, ch11::MlaBlock::eight_warps};
+  return {ch11::MlaBlock::eight_warps};
+}
+
 class MlaHandPlan : public ::testing::TestWithParam<std::string> {};
 class StretchMlaHandPlan : public ::testing::TestWithParam<std::string> {};
 
@@ -44,10 +52,12 @@ void check_hand_plan(const GoldenCase& c) {
   const ch10::Plan plan = cut_mid_stage(m.shape, m.seq_lens, m.qsl, 5);
   ASSERT_GT(plan.num_counters, 0) << "no tile was cut";
   const auto [atol, rtol] = tolerance_of(c);
-  EXPECT_TRUE(mla_close(m.run_plan(plan), c.get<double>("expected"), m.qsl, m.seq_lens, m.shape.num_q_heads,
-                        ch11::kLatentDim, atol, rtol))
-      << c.name() << ": every tile cut at tokens 37, 70, 103, ... (chunks that end inside a stage), "
-      << plan.items.size() << " items on " << plan.grid << " thread blocks";
+  for (ch11::MlaBlock block : block_shapes(m)) {
+    EXPECT_TRUE(mla_close(m.run_plan(plan, block), c.get<double>("expected"), m.qsl, m.seq_lens,
+                          m.shape.num_q_heads, ch11::kLatentDim, atol, rtol))
+        << c.name() << ": every tile cut at tokens 37, 70, 103, ... (chunks that end inside a stage), "
+        << plan.items.size() << " items on " << plan.grid << " thread blocks of " << 4 * m.row_groups << " warps";
+  }
 }
 
 TEST_P(StretchMlaHandPlan, ChunksEndingInsideAStage) {
@@ -68,9 +78,12 @@ void check_first_keys(const GoldenCase& c) {
     w.kv_end = std::min(w.kv_end, 37);
   }
   const auto [atol, rtol] = tolerance_of(c);
-  EXPECT_TRUE(mla_close(m.run_plan(plan), c.get<double>("expected_first37"), m.qsl, m.seq_lens,
-                        m.shape.num_q_heads, ch11::kLatentDim, atol, rtol))
-      << c.name() << ": every tile's item stops at token 37 (a chunk end inside a stage, no split)";
+  for (ch11::MlaBlock block : block_shapes(m)) {
+    EXPECT_TRUE(mla_close(m.run_plan(plan, block), c.get<double>("expected_first37"), m.qsl, m.seq_lens,
+                          m.shape.num_q_heads, ch11::kLatentDim, atol, rtol))
+        << c.name() << ": every tile's item stops at token 37 (a chunk end inside a stage, no split), on thread "
+        << "blocks of " << 4 * m.row_groups << " warps";
+  }
 }
 
 TEST_P(MlaHandPlan, ItemsStoppingInsideAStage) {
