@@ -41,6 +41,9 @@ int row_groups_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
   PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
              "MlaDecode: the 4-warp thread block needs the batch's query_start_loc (use_plan's last argument)");
   if (query_start_loc.empty()) return 2;
+  PA_REQUIRE(int(query_start_loc.size()) == s.num_seqs + 1,
+             "MlaDecode: query_start_loc has " << query_start_loc.size() << " entries for " << s.num_seqs
+                                               << " sequences (num_seqs + 1 expected)");
   int rows = 0, widest = 0;
   for (size_t b = 0; b + 1 < query_start_loc.size(); ++b) {
     const int r = std::min(kTileRows, (query_start_loc[b + 1] - query_start_loc[b]) * s.num_q_heads);

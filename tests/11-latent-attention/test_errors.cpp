@@ -43,6 +43,12 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
   s.num_q_heads = 32;
   EXPECT_TRUE(error_contains([&] { m.plan(s, DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
                              "sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32"));
+  // A hand plan's query_start_loc picks the block: one of another batch is refused.
+  const ch10::Plan plan = ch10::make_plan(ch11::planning_shape(good()), {5, 9}, {0, 1, 3}, 1, 0);
+  EXPECT_TRUE(error_contains([&] { m.use_plan(good(), DType::fp16, plan, nullptr, {0, 1}); },
+                             "MlaDecode: query_start_loc has 2 entries for 2 sequences (num_seqs + 1 expected)"));
+  EXPECT_TRUE(error_contains([&] { m.use_plan(good(), DType::fp16, plan); },
+                             "MlaDecode: the 4-warp thread block needs the batch's query_start_loc"));
 }
 
 TEST(MlaErrors, BlockSize) {
