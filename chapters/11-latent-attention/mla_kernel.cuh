@@ -155,7 +155,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + B::kPBytes);  // [rows][4]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int rg = warp / kQuarters;       // row group: rows 32 rg .. 32 rg + 31 of the tile
-  const int quarter = warp % kQuarters;  // output columns 128 quarter ..; keys 16 quarter .. of a stage
+  const int quarter = warp % kQuarters;  // output columns 128 quarter ..; keys kKeysPerWarp quarter .. of a stage
   const int G = a.num_q_heads;
   const int q_start = a.query_start_loc[w.seq];
   const int n_new = a.query_start_loc[w.seq + 1] - q_start;
@@ -187,8 +187,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
   __syncthreads();  // the previous item is done with shared memory
   // Copies of whole rows: thread i copies chunks i % 4 + 4 k (k = 0 .. 17) of row i / 4 (a
-  // tile's or a stage's rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its destinations are two
-  // chunks of its row, d0 and d1, plus 64 k / 2 elements.
+  // tile's or a stage's rows: a warp instruction moves 64 contiguous bytes of 8 rows). Its
+  // destinations are two chunks of its row, d0 and d1, plus 64 k / 2 elements.
   const int my_row = threadIdx.x / 4, my_chunk = threadIdx.x % 4;
   auto copy_row = [&](T* base, const T* src, bool valid) {
     T* d0 = chunk_at(base, kRowChunks, my_row, my_chunk);
@@ -452,7 +452,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
 // empty place (seq -1). RG = 2: one thread block an SM (225 KB of shared memory); RG = 1: two
-// (113 KB each; the runner takes it when every tile has at most 32 rows).
+// (113 KB each; the runner takes it for an fp8 pool whose tiles have at most 32 rows: MlaBlock).
 template <typename T, bool kFp8 = false, int RG = 2>
 __global__ void __launch_bounds__(BlockShape<RG>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);

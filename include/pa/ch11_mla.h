@@ -247,9 +247,10 @@ class MlaDecode {
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };
 
-// Thread blocks of one wave of the MLA kernel for tiles of at most max_tile_rows rows
-// (resident blocks per SM x SMs; the CPU emulator: 4 per worker thread, as chapter 10).
-int mla_wave_size(DType dtype, int max_tile_rows = ch10::kTileRows);
+// Thread blocks of one wave of the MLA kernel on blocks of row_groups row groups (2: 8 warps,
+// 1: 4 warps; resident blocks per SM x SMs; the CPU emulator: 4 per worker thread, as
+// chapter 10).
+int mla_wave_size(DType dtype, int row_groups = 2);
 
 // The kernel's tile, for tests and the book: items of up to 64 rows run on thread blocks of
 // 8 warps (2 row groups x 4 column quarters) with 64-row stages, one block an SM; tiles of at

@@ -35,7 +35,8 @@ int wave_of() {
 }
 
 // The row groups of the thread block for `block` (MlaBlock): 1 (4 warps, two blocks an SM)
-// or 2. A tile has h_q x new tokens rows, at most 64; without query_start_loc they are unknown.
+// or 2. A sequence's largest tile is its first (chapter 10's tile_rows); without
+// query_start_loc the tiles are unknown.
 int row_groups_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
   if (block == MlaBlock::eight_warps) return 2;
   PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
@@ -46,7 +47,7 @@ int row_groups_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
                                                << " sequences (num_seqs + 1 expected)");
   int rows = 0, widest = 0;
   for (size_t b = 0; b + 1 < query_start_loc.size(); ++b) {
-    const int r = std::min(kTileRows, (query_start_loc[b + 1] - query_start_loc[b]) * s.num_q_heads);
+    const int r = ch10::tile_rows(query_start_loc[b + 1] - query_start_loc[b], s.num_q_heads, 0);
     if (r > rows) rows = r, widest = int(b);
   }
   if (block == MlaBlock::four_warps) {
@@ -87,9 +88,10 @@ const char* pool_words(LatentFormat f) {
 
 }  // namespace
 
-int mla_wave_size(DType dtype, int max_tile_rows) {
+int mla_wave_size(DType dtype, int row_groups) {
   check_dtype(dtype);
-  if (max_tile_rows <= kSmallTileRows) return dtype == DType::fp16 ? wave_of<half, 1>() : wave_of<bf16, 1>();
+  PA_REQUIRE(row_groups == 1 || row_groups == 2, "mla_wave_size: row_groups " << row_groups << " (1 or 2)");
+  if (row_groups == 1) return dtype == DType::fp16 ? wave_of<half, 1>() : wave_of<bf16, 1>();
   return dtype == DType::fp16 ? wave_of<half, 2>() : wave_of<bf16, 2>();
 }
 
@@ -102,7 +104,7 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
   check_dtype(dtype);
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
   const int rg = row_groups_for(block_, s, query_start_loc);
-  const int g = grid > 0 ? grid : mla_wave_size(dtype, rg == 1 ? kSmallTileRows : kTileRows);
+  const int g = grid > 0 ? grid : mla_wave_size(dtype, rg);
   // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
   use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream,
            query_start_loc);

@@ -19,12 +19,11 @@ inline Dims mla_out_dims(int tokens, int heads, int width = ch11::kLatentDim) {
   return {{"new token", tokens}, {"head", heads}, {"element", width}};
 }
 
-// The most rows of any tile of a batch: h_q x new tokens, at most 64 (the runner picks the
-// 4-warp thread block for tiles of at most 32).
+// The most rows of any tile of a batch (a sequence's first tile, chapter 10's tile_rows):
+// the 4-warp thread block takes tiles of at most 32.
 inline int max_tile_rows(const std::vector<int>& qsl, int heads) {
   int rows = 0;
-  for (size_t b = 0; b + 1 < qsl.size(); ++b)
-    rows = std::max(rows, std::min(ch11::kTileRows, (qsl[b + 1] - qsl[b]) * heads));
+  for (size_t b = 0; b + 1 < qsl.size(); ++b) rows = std::max(rows, ch10::tile_rows(qsl[b + 1] - qsl[b], heads, 0));
   return rows;
 }
 
