@@ -12,7 +12,10 @@
 // Bytes: every sequence's whole latent context once (1,152 bytes a token) plus q and out.
 // FLOPs: 2 * (576 + 512) * h_q per (query row, key it attends), causal, exact.
 //   usage: bench_ch11 [--csv FILE] [--md FILE] [--cases FILE] [--only TEXT] [--list] [--fp8]
-//   (--fp8: the same cases over the fp8 latent pool, 656 bytes a token read, named "... e4m3")
+//                     [--block 8|4]
+//   (--fp8: the same cases over the fp8 latent pool, 656 bytes a token read, named "... e4m3";
+//   --block: the thread block forced (MlaDecode::set_block), not the runner's choice, for
+//   measuring that choice; a case whose tiles the block cannot take is reported and skipped)
 // --cases: the case file (default: the source tree's bench/ch11_cases.txt, else
 // ./bench/ch11_cases.txt); --only: the cases whose name holds TEXT; --list: print the
 // cases and exit before touching the GPU. The CSV has one row per case, TFLOP/s included
@@ -157,7 +160,12 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   // --fp8: every case over chapter 11's fp8 latent pool (656 bytes a token), named "... e4m3".
   const bool fp8 = has_flag(argc, argv, "--fp8");
+  const std::string block_arg = arg_value(argc, argv, "--block", "");
+  m::MlaBlock block = m::MlaBlock::automatic;
   try {
+    if (block_arg == "8") block = m::MlaBlock::eight_warps;
+    else if (block_arg == "4") block = m::MlaBlock::four_warps;
+    else if (!block_arg.empty()) throw std::runtime_error("--block " + block_arg + ": 8 or 4 (warps)");
     cases = load_cases(argc, argv);
     if (fp8)
       for (Case& c : cases) c.name += " e4m3";
@@ -237,6 +245,7 @@ int main(int argc, char** argv) {
       d_lens.upload(c.lens);
       d_qsl.upload(qsl);
       m::MlaDecode dec;
+      dec.set_block(block);
       dec.plan(s, pa::DType::bf16, c.lens, qsl);
       const float scale = 1.0f / std::sqrt(192.0f);
       auto run = [&](int i) {
