@@ -415,3 +415,22 @@ def test_hint_marks_the_stretch_exercises(tmp_path):
     r = hint(tmp_path, "1", "--exercise", "2")
     assert "exercise 2 of 2 (stretch, optional; not started)" in r.stdout
     assert "returns 43." in r.stdout and "one more than core()" in r.stdout
+
+
+def test_cmake_finds_the_same_stretch_files_as_the_generator():
+    # CMakeLists.txt picks the core-done build's own sources at configure time with a regex of
+    # its own (no Python there); this pins that regex to the generator's reading of the
+    # markers, file by file, over the whole course.
+    import re
+    root = SCRIPT.parent.parent
+    cmake = (root / "CMakeLists.txt").read_text()
+    found = re.search(r'file\(STRINGS \$\{f\} hit REGEX "((?:[^"\\]|\\.)*stretch(?:[^"\\]|\\.)*)"\)', cmake)
+    assert found, "CMakeLists.txt: the stretch-marker scan (file(STRINGS ... REGEX ...)) moved"
+    # A CMake string literal: \\ -> \, \t -> tab; CMake's regex dialect then reads as Python's.
+    pattern = re.compile(found.group(1).replace("\\\\", "\x00").replace("\\t", "\t").replace("\x00", "\\"))
+    for name in make_skeletons.chapter_names(root / "solutions"):
+        by_generator = {ex.file for ex in make_skeletons.exercises(root, name[:2]) if ex.stretch}
+        by_cmake = {p.relative_to(root / "solutions").as_posix()
+                    for p in sorted((root / "solutions" / name).iterdir())
+                    if p.is_file() and any(pattern.search(line) for line in p.read_text(errors="replace").splitlines())}
+        assert by_cmake == by_generator, name
