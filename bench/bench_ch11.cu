@@ -15,7 +15,8 @@
 //                     [--block 8|4]
 //   (--fp8: the same cases over the fp8 latent pool, 656 bytes a token read, named "... e4m3";
 //   --block: the thread block forced (MlaDecode::set_block), not the runner's choice, for
-//   measuring that choice; a case whose tiles the block cannot take is reported and skipped)
+//   measuring that choice; a case whose tiles the block cannot take prints FAILED with the
+//   runner's reason, the others still run, and the exit status is 1)
 // --cases: the case file (default: the source tree's bench/ch11_cases.txt, else
 // ./bench/ch11_cases.txt); --only: the cases whose name holds TEXT; --list: print the
 // cases and exit before touching the GPU. The CSV has one row per case, TFLOP/s included
