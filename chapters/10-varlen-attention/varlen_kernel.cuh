@@ -101,9 +101,9 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 //   rows    a tile of more than 32 rows: warp w owns rows 16 w .. 16 w + 15 and attends to
 //           every token of every stage;
 //   tokens  a tile of at most 32 rows (short verifications, MQA decodes): its one or two
-//           groups of 16 rows have four or two warps each, which take turns at the 16-token
-//           halves of every stage; the states of a group's warps are merged at the end, as
-//           chapter 4's warps did.
+//           groups of 16 rows have four or two warps each, which share out the 16-token
+//           halves of every stage (one a warp; two consecutive ones a warp of a pair); the
+//           states of a group's warps are merged at the end, as chapter 4's warps did.
 // Mask: the mask policy (CausalMask in varlen_args.cuh: chapter 10's; chapter 12 supplies a
 // sliding window, sinks and a soft-cap).
 template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
@@ -426,6 +426,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     using Masked = std::true_type;
     using Plain = std::false_type;
     using OneHalf = std::integral_constant<int, 1>;
+    using TwoHalves = std::integral_constant<int, 2>;
     using AllHalves = std::integral_constant<int, L::kHalves>;
 
     for (int tile = 0; tile < num_tiles; ++tile) {
@@ -436,16 +437,21 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       const int tok0 = kv_begin + tile * L::kTokens;
       const uint4* ks = stage_k(tile % kStages);
       const C* vs = stage_v(tile % kStages);
-      if (split_tokens) {  // half warp of the stage (pairs: halves warp / 2 and warp / 2 + 2)
-        // Two calls, not a loop over the halves: the loop cost prefill 5-7% (NOTES.md, v6).
-        const int h0 = pairs ? warp / 2 : warp;
+      if (split_tokens) {
+        // One group of rows: half `warp` of the stage. Pairs of a 4-half stage: halves
+        // 2 (warp / 2) and the next, in one call, so that the two halves' mma chains
+        // interleave (the ragged MQA case 4% faster than two calls: NOTES.md, session 40);
+        // of a 2-half stage (16-bit D 256), half warp / 2.
+        constexpr bool kTwo = L::kHalves == 4;
+        const int h0 = pairs ? (kTwo ? 2 * (warp / 2) : warp / 2) : warp;
         if (h0 < L::kHalves) {
-          if (needs_mask(tok0, h0, 1)) attend(ks, vs, tok0, h0, OneHalf{}, Masked{});
-          else attend(ks, vs, tok0, h0, OneHalf{}, Plain{});
-        }
-        if (pairs && h0 + 2 < L::kHalves) {
-          if (needs_mask(tok0, h0 + 2, 1)) attend(ks, vs, tok0, h0 + 2, OneHalf{}, Masked{});
-          else attend(ks, vs, tok0, h0 + 2, OneHalf{}, Plain{});
+          if (kTwo && pairs) {
+            if (needs_mask(tok0, h0, 2)) attend(ks, vs, tok0, h0, TwoHalves{}, Masked{});
+            else attend(ks, vs, tok0, h0, TwoHalves{}, Plain{});
+          } else {
+            if (needs_mask(tok0, h0, 1)) attend(ks, vs, tok0, h0, OneHalf{}, Masked{});
+            else attend(ks, vs, tok0, h0, OneHalf{}, Plain{});
+          }
         }
       } else if (needs_mask(tok0, 0, L::kHalves)) {
         attend(ks, vs, tok0, 0, AllHalves{}, Masked{});
