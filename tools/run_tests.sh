@@ -15,24 +15,35 @@ mkdir -p "$logs"
 results=()
 n_pass=0 n_fail=0
 
-# step NAME COMMAND...: runs the command quietly (log in $logs), records pass/fail.
-step() {
-    local name=$1 start=$SECONDS log
-    shift
-    log="$logs/$(echo "$name" | tr -c 'A-Za-z0-9' '_').log"
-    printf '  %-58s ' "$name"
-    if "$@" > "$log" 2>&1; then
-        printf 'ok    (%ss)\n' $((SECONDS - start))
+# The log of the step named NAME.
+log_path() { echo "$logs/$(echo "$1" | tr -c 'A-Za-z0-9' '_').log"; }
+
+# outcome NAME LOG STATUS SECONDS: the end of a step's line (ok or FAIL, its time), the tail
+# of its log if it failed, and the tallies.
+outcome() {
+    local name=$1 log=$2 status=$3 secs=$4
+    if [ "$status" = 0 ]; then
+        printf 'ok    (%ss)\n' "$secs"
         results+=("ok    $name")
         n_pass=$((n_pass + 1))
     else
-        printf 'FAIL  (%ss)\n' $((SECONDS - start))
+        printf 'FAIL  (%ss)\n' "$secs"
         echo "------ last lines of $log"
         tail -n 25 "$log" | sed 's/^/  | /'
         echo "------"
         results+=("FAIL  $name   (log: $log)")
         n_fail=$((n_fail + 1))
     fi
+}
+
+# step NAME COMMAND...: runs the command quietly (log in $logs), records pass/fail.
+step() {
+    local name=$1 start=$SECONDS log status=0
+    shift
+    log=$(log_path "$name")
+    printf '  %-58s ' "$name"
+    "$@" > "$log" 2>&1 || status=$?
+    outcome "$name" "$log" "$status" $((SECONDS - start))
 }
 
 # Steps that may run side by side: queue NAME COMMAND... adds one; run_queue JOBS runs the
@@ -48,52 +59,32 @@ queue() {
     shift
     queued_cmds+=("$(printf '%q ' "$@")")
 }
-report() {  # report NAME LOG STATUS SECONDS: the line `step` prints, and the tallies
-    local name=$1 log=$2 status=$3 secs=$4
-    printf '  %-58s ' "$name"
-    if [ "$status" = 0 ]; then
-        printf 'ok    (%ss)\n' "$secs"
-        results+=("ok    $name")
-        n_pass=$((n_pass + 1))
-    else
-        printf 'FAIL  (%ss)\n' "$secs"
-        echo "------ last lines of $log"
-        tail -n 25 "$log" | sed 's/^/  | /'
-        echo "------"
-        results+=("FAIL  $name   (log: $log)")
-        n_fail=$((n_fail + 1))
-    fi
-}
 run_queue() {
     local jobs=$1 i pid done_pid status
-    local -A name_of=() log_of=() start_of=()
+    local -A name_of=() start_of=()
     if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" = 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
         jobs=1
     fi
+    reap() {  # waits for one of the running steps and reports it
+        status=0
+        wait -n -p done_pid "${!name_of[@]}" || status=$?
+        printf '  %-58s ' "${name_of[$done_pid]}"
+        outcome "${name_of[$done_pid]}" "$(log_path "${name_of[$done_pid]}")" "$status" \
+            $((SECONDS - start_of[$done_pid]))
+        unset "name_of[$done_pid]" "start_of[$done_pid]"
+    }
     for i in "${!queued_names[@]}"; do
         if [ "$jobs" = 1 ]; then
             eval "step \"\${queued_names[$i]}\" ${queued_cmds[$i]}"
             continue
         fi
-        while [ "${#name_of[@]}" -ge "$jobs" ]; do
-            status=0
-            wait -n -p done_pid "${!name_of[@]}" || status=$?
-            report "${name_of[$done_pid]}" "${log_of[$done_pid]}" "$status" $((SECONDS - start_of[$done_pid]))
-            unset "name_of[$done_pid]" "log_of[$done_pid]" "start_of[$done_pid]"
-        done
-        local log="$logs/$(echo "${queued_names[$i]}" | tr -c 'A-Za-z0-9' '_').log"
-        eval "${queued_cmds[$i]}" > "$log" 2>&1 &
+        while [ "${#name_of[@]}" -ge "$jobs" ]; do reap; done
+        eval "${queued_cmds[$i]}" > "$(log_path "${queued_names[$i]}")" 2>&1 &
         pid=$!
         name_of[$pid]=${queued_names[$i]}
-        log_of[$pid]=$log
         start_of[$pid]=$SECONDS
     done
-    while [ "${#name_of[@]}" -gt 0 ]; do
-        status=0
-        wait -n -p done_pid "${!name_of[@]}" || status=$?
-        report "${name_of[$done_pid]}" "${log_of[$done_pid]}" "$status" $((SECONDS - start_of[$done_pid]))
-        unset "name_of[$done_pid]" "log_of[$done_pid]" "start_of[$done_pid]"
-    done
+    while [ "${#name_of[@]}" -gt 0 ]; do reap; done
     queued_names=()
     queued_cmds=()
 }
