@@ -38,7 +38,6 @@
 #include <type_traits>
 
 #include "fp8.cuh"                // chapter 6: e4m3x8_to_float (the fp8 latent cache)
-#include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "pa/async_copy.h"
 #include "pa/ch11_mla.h"
 #include "pa/fast_math.h"
@@ -433,17 +432,18 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   // TODO(ch11, stretch): a chunk of a split tile (w.num_splits > 1): this item attended chunk
   //   w.split of its tile's KV, [w.kv_begin, w.kv_end). Once every chunk of the tile has run,
   //   each row of the tile (local row 0 .. rows - 1, row w.row0 + local of the sequence) holds
-  //   in out what the path above would have written for the tile's whole KV. The chunks pass
-  //   chapter 5's partial results through the workspace: local row `local` of chunk p at index
-  //   w.partial_base + local * w.num_splits + p of a.max_logits (the chunk's max score,
-  //   natural log), a.exp_sums (its exp-sum at that max) and a.partial_out (512 floats at
-  //   index * 512: its output, normalised by its own exp-sum). This lane's state is the
-  //   path above's (m_run[mt][r] in base 2, l_run[mt][r] (the row's whole exp-sum),
-  //   o[mt][n][2r + e] for its warp's 128 columns; pos[mt][r] >= 0 for a row of the tile). a.counters[w.counter], the tile's ticket, is 0 before
-  //   the launch and must be 0 after it. Exactly one chunk, the last to finish, merges, and
-  //   it reads only partials the others made visible to the whole GPU first. Tests:
-  //   StretchMlaSplit.*, on plans that split (the core tests plan on one thread block, where
-  //   no tile is split).
+  //   in out what the path above would have written for the tile's whole KV. Exactly one
+  //   chunk, the last to arrive here, merges, from its own registers (this lane's state is
+  //   the path above's: m_run[mt][r] in base 2, l_run[mt][r] the row's whole exp-sum,
+  //   o[mt][n][2r + e] its warp's 128 columns, unnormalised; pos[mt][r] >= 0 for a row of the
+  //   tile) and the others' partial results, which it reads only once they are visible to the
+  //   whole GPU. The others pass chapter 5's partials through the workspace: local row
+  //   `local` of chunk p at index w.partial_base + local * w.num_splits + p of a.max_logits
+  //   (the chunk's max score, natural log), a.exp_sums (its exp-sum at that max) and
+  //   a.partial_out (512 floats at index * 512: its output, normalised by its own exp-sum).
+  //   a.counters[w.counter], the tile's ticket, is 0 before the launch and must be 0 after
+  //   it; no chunk waits on one that has not arrived. Tests: StretchMlaSplit.*, on plans
+  //   that split (the core tests plan on one thread block, where no tile is split).
   // (your code here)
   // ANCHOR_END: split_merge
   // ANCHOR_END: write_out

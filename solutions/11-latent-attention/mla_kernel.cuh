@@ -37,7 +37,6 @@
 #include <type_traits>
 
 #include "fp8.cuh"                // chapter 6: e4m3x8_to_float (the fp8 latent cache)
-#include "reduce_partitions.cuh"  // chapter 5: merge_partitions
 #include "pa/async_copy.h"
 #include "pa/ch11_mla.h"
 #include "pa/fast_math.h"
@@ -571,117 +570,109 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   // TODO(ch11, stretch): a chunk of a split tile (w.num_splits > 1): this item attended chunk
   //   w.split of its tile's KV, [w.kv_begin, w.kv_end). Once every chunk of the tile has run,
   //   each row of the tile (local row 0 .. rows - 1, row w.row0 + local of the sequence) holds
-  //   in out what the path above would have written for the tile's whole KV. The chunks pass
-  //   chapter 5's partial results through the workspace: local row `local` of chunk p at index
-  //   w.partial_base + local * w.num_splits + p of a.max_logits (the chunk's max score,
-  //   natural log), a.exp_sums (its exp-sum at that max) and a.partial_out (512 floats at
-  //   index * 512: its output, normalised by its own exp-sum). This lane's state is the
-  //   path above's (m_run[mt][r] in base 2, l_run[mt][r] (the row's whole exp-sum),
-  //   o[mt][n][2r + e] for its warp's 128 columns; pos[mt][r] >= 0 for a row of the tile). a.counters[w.counter], the tile's ticket, is 0 before
-  //   the launch and must be 0 after it. Exactly one chunk, the last to finish, merges, and
-  //   it reads only partials the others made visible to the whole GPU first. Tests:
-  //   StretchMlaSplit.*, on plans that split (the core tests plan on one thread block, where
-  //   no tile is split).
-  // HINT(1): Chapter 10's kernel does exactly this for its tiles (varlen_kernel.cuh, after
-  //   "One chunk of a split tile"); here a row's 512 outputs are spread over four warps, and
-  //   m_run is in base 2 (the workspace's max is in natural log).
-  // HINT(2): Write the partials (each warp its 128 columns; one lane per row the max and
-  //   the sum); __threadfence, __syncthreads, then thread 0 takes a ticket with atomicAdd:
-  //   the one that sees num_splits - 1 is last (and resets the counter). __syncthreads_or
-  //   tells the block; the others return. The last one merges: per row M = the largest max,
-  //   weight_p = exp_sums[p] exp(max_p - M) / the sum of them, out = sum_p weight_p
-  //   partial_out[p] (ch05::merge_partitions does one output element).
-  // HINT(3): local = row0 + 16 mt + g + 8 r; at = partial_base + local * num_splits + split; partial_out[at * 512 + col] =
-  //   o / l_run (0 if l_run is 0); max_logits[at] = m_run * ln 2; exp_sums[at] = l_run. Then
-  //   __threadfence(); __syncthreads(); if (threadIdx.x == 0) { last = atomicAdd(counters +
-  //   counter, 1) == num_splits - 1; if (last) counters[counter] = 0; } if
-  //   (!__syncthreads_or(last)) return; __threadfence(); then the weights of each row in
-  //   shared memory (free now) and one weighted sum per output, or merge_partitions.
+  //   in out what the path above would have written for the tile's whole KV. Exactly one
+  //   chunk, the last to arrive here, merges, from its own registers (this lane's state is
+  //   the path above's: m_run[mt][r] in base 2, l_run[mt][r] the row's whole exp-sum,
+  //   o[mt][n][2r + e] its warp's 128 columns, unnormalised; pos[mt][r] >= 0 for a row of the
+  //   tile) and the others' partial results, which it reads only once they are visible to the
+  //   whole GPU. The others pass chapter 5's partials through the workspace: local row
+  //   `local` of chunk p at index w.partial_base + local * w.num_splits + p of a.max_logits
+  //   (the chunk's max score, natural log), a.exp_sums (its exp-sum at that max) and
+  //   a.partial_out (512 floats at index * 512: its output, normalised by its own exp-sum).
+  //   a.counters[w.counter], the tile's ticket, is 0 before the launch and must be 0 after
+  //   it; no chunk waits on one that has not arrived. Tests: StretchMlaSplit.*, on plans
+  //   that split (the core tests plan on one thread block, where no tile is split).
+  // HINT(1): Chapter 10's kernel merges split tiles with a ticket (varlen_kernel.cuh, after
+  //   "One chunk of a split tile"), but there every chunk writes its partials and the last
+  //   reads them all back, its own too. Here the last keeps its own: count arrivals and
+  //   publications apart (one int: arrivals in the low 16 bits, publications above).
+  // HINT(2): Thread 0 takes the ticket with atomicAdd(counter, 1); __syncthreads_or tells the
+  //   block whether it drew num_splits - 1 (last). The others write their partials (each warp
+  //   its 128 columns; one lane per row the max and the sum), __threadfence, __syncthreads,
+  //   and publish (atomicAdd(counter, 1 << 16)). The last waits for num_splits - 1
+  //   publications, resets the counter, and per row: M = the largest max (its own m_run is in
+  //   base 2), each chunk weighted by exp_sum exp(max - M), its own by exp(m_run ln 2 - M)
+  //   (o is unnormalised), divided by the total weight.
+  // HINT(3): if (threadIdx.x == 0) last = (atomicAdd(c, 1) & 0xffff) == S - 1; if
+  //   (!__syncthreads_or(last)) { at = partial_base + local * S + split; partial_out[at * 512 +
+  //   col] = o / l_run (0 if l_run is 0); max_logits[at] = m_run * ln 2; exp_sums[at] = l_run;
+  //   __threadfence(); __syncthreads(); if (threadIdx.x == 0) atomicAdd(c, 1 << 16); return; }
+  //   if (threadIdx.x == 0) { while ((atomicAdd(c, 0) >> 16) != S - 1) {} atomicExch(c, 0); }
+  //   __syncthreads(); __threadfence(); then per live row: own = exp(m_run ln 2 - M), o *=
+  //   own, total = l_run own; for p != split: wt = exp_sums[..p] exp(max_logits[..p] - M),
+  //   total += wt, o += wt partial_out[..p]; out = o / total (0 if total is 0).
   // BEGIN SOLUTION(ch11, stretch)
-  // Chapter 5's partial results (natural-log max, exp-sum, normalised output), rows
-  // [local row][split], as chapter 10 lays them out.
+  // The tile's ticket, one int: the chunks that arrived (low 16 bits) and those that have
+  // published their partials (above). The last to arrive merges; the others publish.
+  int* ticket = a.counters + w.counter;
+  const int S = w.num_splits;
+  bool last = false;
+  if (threadIdx.x == 0) last = (atomicAdd(ticket, 1) & 0xffff) == S - 1;
+  if (!__syncthreads_or(last)) {
+    // Chapter 5's partial results (natural-log max, exp-sum, normalised output), rows
+    // [local row][split], as chapter 10 lays them out.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (pos[mt][r] < 0) continue;
+        const int64_t at = w.partial_base + int64_t(row0 + 16 * mt + g + 8 * r) * S + w.split;
+        const float inv = l_run[mt][r] == 0.f ? 0.f : 1.f / l_run[mt][r];
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n)
+          *reinterpret_cast<float2*>(a.partial_out + at * kLatentDim + kColsPerWarp * quarter + 8 * n + 2 * t) =
+              make_float2(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+        if (quarter == 0 && t == 0) {
+          a.max_logits[at] = m_run[mt][r] * 0.6931471805599453f;  // base 2 -> base e (-inf stays)
+          a.exp_sums[at] = l_run[mt][r];
+        }
+      }
+    __threadfence();  // the partials reach the whole GPU before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(ticket, 1 << 16);
+    return;
+  }
+  // The last chunk: the others have arrived, so they finish their writes without waiting on
+  // anyone; wait for them, then merge from the registers (its own partial never leaves them).
+  if (threadIdx.x == 0) {
+    while ((atomicAdd(ticket, 0) >> 16) != S - 1) {
+    }
+    atomicExch(ticket, 0);  // ready for the next launch
+  }
+  __syncthreads();
+  __threadfence();
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (pos[mt][r] < 0) continue;
-      const int64_t at = w.partial_base + int64_t(row0 + 16 * mt + g + 8 * r) * w.num_splits + w.split;
-      const float inv = l_run[mt][r] == 0.f ? 0.f : 1.f / l_run[mt][r];
+      const int64_t first = w.partial_base + int64_t(row0 + 16 * mt + g + 8 * r) * S;
+      const float mine = m_run[mt][r] * 0.6931471805599453f;  // natural log, as the workspace
+      float M = mine;
+      for (int p = 0; p < S; ++p)
+        if (p != w.split) M = fmaxf(M, a.max_logits[first + p]);
+      const float base = M == -INFINITY ? 0.f : M;  // no key seen by any chunk: weights 0
+      const float own = expf(mine - base);
+      float total = l_run[mt][r] * own;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) o[mt][n][2 * r] *= own, o[mt][n][2 * r + 1] *= own;
+      for (int p = 0; p < S; ++p) {
+        if (p == w.split) continue;
+        const float wt = a.exp_sums[first + p] * expf(a.max_logits[first + p] - base);
+        total += wt;
+        const float* src = a.partial_out + (first + p) * kLatentDim + kColsPerWarp * quarter + 2 * t;
+        float2 v[kNTiles];  // all of the row's loads in flight at once: this is the critical path
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) v[n] = *reinterpret_cast<const float2*>(src + 8 * n);
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) o[mt][n][2 * r] += wt * v[n].x, o[mt][n][2 * r + 1] += wt * v[n].y;
+      }
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      T* dst = a.out + (int64_t(q_start + token[mt][r]) * G + head[mt][r]) * kLatentDim + kColsPerWarp * quarter + 2 * t;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n)
-        *reinterpret_cast<float2*>(a.partial_out + at * kLatentDim + kColsPerWarp * quarter + 8 * n + 2 * t) =
-            make_float2(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
-      if (quarter == 0 && t == 0) {
-        a.max_logits[at] = m_run[mt][r] * 0.6931471805599453f;  // base 2 -> base e (-inf stays)
-        a.exp_sums[at] = l_run[mt][r];
-      }
+        *reinterpret_cast<uint32_t*>(dst + 8 * n) = pack2<T>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
     }
-  // The last chunk of the tile to finish merges them all (chapter 10's ticket).
-  __threadfence();
-  __syncthreads();
-  bool last = false;
-  if (threadIdx.x == 0) {
-    last = atomicAdd(a.counters + w.counter, 1) == w.num_splits - 1;
-    if (last) a.counters[w.counter] = 0;  // ready for the next launch
-  }
-  if (!__syncthreads_or(last)) return;
-  __threadfence();
-  // Chapter 5's merge by log-sum-exp: each row's weights exp_sum_p * exp(max_p - M) / L
-  // once, in shared memory (all of it is free now), then every output is one weighted sum.
-  // More chunks than fit: chapter 5's merge_partitions per output.
-  const int S = w.num_splits;
-  float* weights = reinterpret_cast<float*>(smem);  // [row][chunk]
-  if (int64_t(rows) * S * 4 <= int64_t(kQBytes + kRingBytes)) {
-    for (int row = threadIdx.x; row < rows; row += kThreads) {
-      const int64_t first = w.partial_base + int64_t(row) * S;
-      float M = -INFINITY, total = 0.f;
-      for (int p = 0; p < S; ++p) M = fmaxf(M, a.max_logits[first + p]);
-      for (int p = 0; p < S; ++p)
-        total += (weights[row * S + p] = a.exp_sums[first + p] * expf(a.max_logits[first + p] - M));
-      for (int p = 0; p < S; ++p) weights[row * S + p] = total > 0.f ? weights[row * S + p] / total : 0.f;
-    }
-    __syncthreads();
-    // Outputs four at a time (16-byte loads), kBatch quads of a thread at once: this runs
-    // after the tile's last chunk, on its critical path, where every round trip to the
-    // partials (in L2) is time; a quad a thread at a time waited rows * 128 / kThreads times.
-    constexpr int kQuads = kLatentDim / 4, kBatch = 8;
-    for (int i0 = threadIdx.x; i0 < rows * kQuads; i0 += kBatch * kThreads) {
-      float4 sum[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) sum[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 2
-      for (int p = 0; p < S; ++p) {
-        float4 v[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int i = i0 + b * kThreads, row = i / kQuads;
-          v[b] = i < rows * kQuads ? reinterpret_cast<const float4*>(
-                                         a.partial_out + (w.partial_base + int64_t(row) * S + p) * kLatentDim)[i % kQuads]
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int i = i0 + b * kThreads;
-          const float wt = i < rows * kQuads ? weights[(i / kQuads) * S + p] : 0.f;
-          sum[b].x += wt * v[b].x, sum[b].y += wt * v[b].y, sum[b].z += wt * v[b].z, sum[b].w += wt * v[b].w;
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = i0 + b * kThreads, row = i / kQuads, d = 4 * (i % kQuads), q_row = w.row0 + row;
-        if (i >= rows * kQuads) break;
-        T* dst = a.out + (int64_t(q_start + q_row / G) * G + q_row % G) * kLatentDim + d;
-        *reinterpret_cast<uint2*>(dst) = make_uint2(pack2<T>(sum[b].x, sum[b].y), pack2<T>(sum[b].z, sum[b].w));
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < rows * kLatentDim; i += kThreads) {
-      const int row = i / kLatentDim, d = i % kLatentDim, q_row = w.row0 + row;
-      a.out[(int64_t(q_start + q_row / G) * G + q_row % G) * kLatentDim + d] =
-          from_float<T>(ch05::merge_partitions(a.max_logits, a.exp_sums, a.partial_out,
-                                               w.partial_base + int64_t(row) * S, S, kLatentDim, d));
-    }
-  }
   // END SOLUTION
   // ANCHOR_END: split_merge
   // ANCHOR_END: write_out
