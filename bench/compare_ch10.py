@@ -109,17 +109,20 @@ def ladder(files):
     versions = [(f.stem, rows(f), rows(f.with_name(f.stem + "-flops.csv"))) for f in files]
     head = "| case | " + " | ".join(v for v, _, _ in versions) + " |"
     out = [head, "|---|" + "---:|" * len(versions)]
-    for r in versions[0][1]:
-        if not r["kernel"].startswith("ch10"):
+    seen = set()
+    for r in (r for _, dec, _ in versions for r in dec):  # every version's cases, first seen first
+        if not r["kernel"].startswith("ch10") or (r["kernel"], r["shape"]) in seen:
             continue
+        seen.add((r["kernel"], r["shape"]))
         cells = []
         for _, dec, _ in versions:
             m = [x for x in dec if x["kernel"] == r["kernel"] and x["shape"] == r["shape"]]
             cells.append(f"{float(m[0]['pct']):.1f}%" if m else "-")
         out.append(f"| {r['shape']} | " + " | ".join(cells) + " |")
-    for r in versions[0][2]:
-        if " chunk " not in r["shape"]:
+    for r in (r for _, _, fl in versions for r in fl):
+        if " chunk " not in r["shape"] or (r["kernel"], r["shape"]) in seen:
             continue
+        seen.add((r["kernel"], r["shape"]))
         cells = []
         for _, _, fl in versions:
             m = [x for x in fl if x["kernel"] == r["kernel"] and x["shape"] == r["shape"]]
@@ -130,7 +133,7 @@ def ladder(files):
 
 # The ladder's stages, by major version: the appendix "How these kernels got fast" gives
 # each its own table, narrow enough for the book's column.
-LADDER_GROUPS = [(0, 1, 2, 3), (4,), (5,), (6,), (7, 8, 9)]
+LADDER_GROUPS = [(0, 1, 2, 3), (4,), (5,), (6,), (7, 8, 9), (19,)]
 
 
 def version_key(stem):
@@ -268,7 +271,8 @@ def main(argv):
     (d / "ch10-prefill-vs-baselines.md").write_text(
         "TFLOP/s (causal FLOPs counted exactly); each kernel in its own run.\n\n"
         + "\n".join(prefill_comparison(flops, baseline_flops)) + "\n")
-    versions = sorted(p for p in (d / "ch10-ladder").glob("v*.csv") if not p.stem.endswith("-flops"))
+    versions = sorted((p for p in (d / "ch10-ladder").glob("v*.csv") if not p.stem.endswith("-flops")),
+                      key=lambda p: (version_key(p.stem), p.stem))  # v15 after v9, not after v1
     if versions:
         (d / "ch10-ladder.md").write_text("\n".join(ladder(versions)) + "\n")
         for i, table in enumerate(ladder_groups(versions), 1):
