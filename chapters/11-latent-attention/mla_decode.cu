@@ -118,6 +118,10 @@ void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan,
   check_dtype(dtype);
   check_mla_shape(s);
   row_groups_ = row_groups_for(block_, s, query_start_loc);
+  // A split tile's ticket counts its chunks' arrivals in 16 bits (mla_kernel.cuh, split_merge).
+  for (const ch10::WorkItem& w : plan.items)
+    PA_REQUIRE(w.num_splits < (1 << 16), "MlaDecode: a tile cut into " << w.num_splits
+                                             << " chunks; the split merge takes at most 65535");
   // The device's layout, chapter 10's: item k of thread block c at [k * grid + c].
   const std::vector<ch10::WorkItem> by_rounds = ch10::items_by_rounds(plan, &rounds_);
   plan_ = plan;

@@ -51,6 +51,15 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
                              "MlaDecode: the 4-warp thread block needs the batch's query_start_loc"));
 }
 
+TEST(MlaErrors, TooManyChunksForTheTicket) {
+  // The split merge's ticket counts a tile's chunks in 16 bits: a hand plan past that is refused.
+  ch10::Plan plan = ch10::make_plan(ch11::planning_shape(good()), {5, 9}, {0, 1, 3}, 1, 0);
+  for (auto& w : plan.items) w.num_splits = 1 << 16;
+  ch11::MlaDecode m;
+  EXPECT_TRUE(error_contains([&] { m.use_plan(good(), DType::fp16, plan); },
+                             "MlaDecode: a tile cut into 65536 chunks; the split merge takes at most 65535"));
+}
+
 TEST(MlaErrors, BlockSize) {
   auto s = good();
   s.block_size = 8;
