@@ -99,10 +99,9 @@ static_assert(BlockShape<2>::kTileRows == kTileRows && BlockShape<2>::kStageToke
 // float, times the tile's scale, -> T; the RoPE part copied); a barrier; the cp.async of the
 // next raw stage starts, and the scores, softmax and P V run as in the 16-bit kernel. On the
 // 8-warp block the bytes a stage needs, Q + 16-bit stage + raw stage + P + maxima, are
-// 198,656; the kernel asks for the 16-bit kernel's 230,400 (the split merge uses Q and the
-// ring as scratch, and one thread block an SM either way). Tiles of at most 32 rows run on
-// the 4-warp block (block_shapes), half of every part, two blocks an SM: while one converts
-// its stage, the other's warps run their mma.
+// 198,656; the kernel asks for the 16-bit kernel's 230,400 (one thread block an SM either
+// way). Tiles of at most 32 rows run on the 4-warp block (block_shapes), half of every part,
+// two blocks an SM: while one converts its stage, the other's warps run their mma.
 constexpr int kRawChunks = kFp8RowBytes / 16;                      // 41 chunks of 16 bytes a row
 // ANCHOR_END: fp8_design
 
@@ -413,19 +412,21 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     }
 
 // ANCHOR: write_out
+  // Row (mt, r) of this lane's o, divided by the row's exp-sum `sum` (0 where no key was
+  // seen), to its place in out: this warp's 128 columns of the row's head and token.
+  const auto write_row = [&](int mt, int r, float sum) {
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
+    T* dst = a.out + (int64_t(q_start + token[mt][r]) * G + head[mt][r]) * kLatentDim + kColsPerWarp * quarter + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n)
+      *reinterpret_cast<uint32_t*>(dst + 8 * n) = pack2<T>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+  };
   if (w.num_splits == 1) {  // the whole KV of the tile: normalise and write the output
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (pos[mt][r] < 0) continue;
-        const float inv = l_run[mt][r] == 0.f ? 0.f : 1.f / l_run[mt][r];
-        T* dst = a.out + (int64_t(q_start + token[mt][r]) * G + head[mt][r]) * kLatentDim +
-                 kColsPerWarp * quarter + 2 * t;
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n)
-          *reinterpret_cast<uint32_t*>(dst + 8 * n) = pack2<T>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
-      }
+      for (int r = 0; r < 2; ++r)
+        if (pos[mt][r] >= 0) write_row(mt, r, l_run[mt][r]);
     return;
   }
   // ANCHOR: split_merge
@@ -441,6 +442,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   //   `local` of chunk p at index w.partial_base + local * w.num_splits + p of a.max_logits
   //   (the chunk's max score, natural log), a.exp_sums (its exp-sum at that max) and
   //   a.partial_out (512 floats at index * 512: its output, normalised by its own exp-sum).
+  //   write_row(mt, r, sum), above, writes a row of o divided by sum to its place in out.
   //   a.counters[w.counter], the tile's ticket, is 0 before the launch and must be 0 after
   //   it; no chunk waits on one that has not arrived. Tests: StretchMlaSplit.*, on plans
   //   that split (the core tests plan on one thread block, where no tile is split).
