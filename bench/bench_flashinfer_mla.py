@@ -130,9 +130,9 @@ def run_case(torch, fi, timer, ceil, case, backends, log):
     return rows
 
 
-def write_md(path, rows, ceil, device, log):
+def write_md(path, rows, ceil, device, log, title="FlashInfer MLA decode (chapter 11's baseline)"):
     with open(path, "w") as f:
-        f.write(f"# FlashInfer MLA decode (chapter 11's baseline) on {device}\n\n")
+        f.write(f"# {title} on {device}\n\n")
         f.write(f"Read ceiling in this run: {ceil['read_tbps']:.2f} TB/s ({ceil['read_how']}).\n\n")
         f.write("| case | backend | us | TB/s | % of read ceiling | TFLOP/s |\n|---|---|---:|---:|---:|---:|\n")
         for r in rows:

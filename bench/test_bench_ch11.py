@@ -8,7 +8,8 @@
   one) reads the file exactly as ch11_cases.py does, lengths included, and refuses the same
   bad lines at the same line;
 - bench_flashinfer_mla.py: --list, and its CSV (both backends' rows) read back by
-  compare_ch11.py, whose tables are checked against the numbers put in.
+  compare_ch11.py, whose tables are checked against the numbers put in; with --flashmla,
+  FlashMLA's rows (bench_flashmla.py's CSV, the same columns) join them.
 """
 
 import csv
@@ -183,6 +184,29 @@ def test_both_backends_reach_the_comparison(tmp_path):
     assert "## Cases not in the case file" in text and "| B, with a comma | 10.0 |" in text
     assert "FA2 / ours 2.00, FA3 / ours 0.50" in text
     assert "Without a time in one of the runs: B; B, with a comma." in text
+
+
+def test_flashmla_joins_the_comparison(tmp_path):
+    bench, compare = load("bench_flashinfer_mla"), load("compare_ch11")
+    ceil = {"read_tbps": 3.0}
+    fi_csv, fm_csv, ours_csv = tmp_path / "fi.csv", tmp_path / "fm.csv", tmp_path / "ours.csv"
+    bench.write_csv(fi_csv, [dict(case="A", backend=b, us=u, tbps=1.0, pct=30.0, tflops=1.0, bytes=1, flops=2)
+                             for b, u in (("fa2", 300.0), ("fa3", 80.0))], ceil, "GPU X")
+    bench.write_csv(fm_csv, [dict(case="A", backend="flashmla", us=75.0, tbps=1.0, pct=30.0, tflops=1.0,
+                                  bytes=1, flops=2)], ceil, "GPU X")
+    with open(ours_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow("kernel,case,us,bytes,tbps,pct_read,flops,tflops,read_ceiling_tbps,copy_ceiling_tbps,device".split(","))
+        w.writerow(["ch11 mla decode", "A", "100.000", "1", "1", "45.60", "2", "123.40", "3.1", "5.0", "GPU X"])
+    cases = tmp_path / "cases.txt"
+    cases.write_text("## T1\nA | 16 | 1 | 2 x 8 | 64\n")
+    out = tmp_path / "cmp.md"
+    assert compare.main([str(ours_csv), str(fi_csv), "--flashmla", str(fm_csv), "--cases", str(cases),
+                         "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| case | ours (us) | FA2 (us) | FA3 (us) | FlashMLA (us) | FA2 / ours | FA3 / ours | FlashMLA / ours |" in text
+    assert "| A | 100.0 | 300.0 | 80.0 | 75.0 | 3.00x | 0.80x | 0.75x | 45.6 | 123.4 |" in text
+    assert "FA2 / ours 3.00, FA3 / ours 0.80, FlashMLA / ours 0.75" in text
 
 
 def test_flashinfer_main_writes_every_backend_row(tmp_path, monkeypatch):

@@ -7,6 +7,10 @@
 # (import flashinfer was checked with exactly those); the optional backends' packages
 # (nvidia-cudnn-frontend, nvidia-cutlass-dsl, cuda-tile, nccl4py) are not needed by the
 # FA2/FA3 decode and prefill paths the benchmark uses, and are left out.
+# FlashMLA travels too (bench/bench_flashmla.py, chapter 11's anchor): sgl-flash-mla, 9.9 MB,
+# a build whose extensions use PyTorch's stable ABI (made for torch 2.14; the GPU image's
+# torch 2.11 has every symbol it needs) and keep the SM90 dense decode. Installed with
+# --no-deps: its metadata asks for torch >= 2.14.1, which the stable ABI does not need.
 #
 # The FlashInfer wheel is ~62 MB, almost all of it CUDA sources for its JIT, and the device
 # tool carries at most 64 MiB with the working tree. So the wheel is repacked, trimmed:
@@ -20,7 +24,7 @@
 #   - RECORD is rewritten for the files kept.
 # MoE, Blackwell (sm100/sm120), trtllm-gen, fp4/mxfp, comm/allreduce and GEMM sources go.
 #
-#   usage: bash tools/fetch_flashinfer.sh      (then .whl/ holds three wheels, ~23 MB)
+#   usage: bash tools/fetch_flashinfer.sh      (then .whl/ holds four wheels, ~33 MB)
 # On the GPU machine (carry .whl):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -32,6 +36,7 @@ TVM_FFI_VERSION=0.1.15.post2  # flashinfer 0.7.2.post1 asks for apache-tvm-ffi <
 # apache-tvm-ffi asks for typing-extensions >= 4.13; the GPU image's version is not on record,
 # so a known one travels too (pure Python, 45 kB; it shadows the image's only under PYTHONPATH).
 TYPING_EXTENSIONS_VERSION=4.15.0
+FLASHMLA_VERSION=1.0.0  # sgl-flash-mla: one abi3 wheel for every CPython >= 3.10
 PY=${PYTHON:-python3}
 
 dl=$(mktemp -d)
@@ -41,11 +46,11 @@ platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64
 "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp "${platforms[@]}" -d "$dl" \
     "flashinfer-python==$FLASHINFER_VERSION" "apache-tvm-ffi==$TVM_FFI_VERSION" \
-    "typing-extensions==$TYPING_EXTENSIONS_VERSION"
+    "typing-extensions==$TYPING_EXTENSIONS_VERSION" "sgl-flash-mla==$FLASHMLA_VERSION"
 
 mkdir -p .whl
-rm -f .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl .whl/typing_extensions-*.whl
-cp "$dl"/apache_tvm_ffi-*.whl "$dl"/typing_extensions-*.whl .whl/
+rm -f .whl/flashinfer_python-*.whl .whl/apache_tvm_ffi-*.whl .whl/typing_extensions-*.whl .whl/sgl_flash_mla-*.whl
+cp "$dl"/apache_tvm_ffi-*.whl "$dl"/typing_extensions-*.whl "$dl"/sgl_flash_mla-*.whl .whl/
 src=$(ls "$dl"/flashinfer_python-*.whl)
 
 "$PY" - "$src" ".whl/$(basename "$src")" <<'PYEOF'
@@ -174,7 +179,7 @@ site=$(mktemp -d)
     --no-cache-dir --upgrade --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" --target "$site" .whl/*.whl
 test -f "$site/flashinfer/decode.py" && test -f "$site/flashinfer/data/csrc/batch_decode.cu" \
-    && test -d "$site/tvm_ffi"
+    && test -d "$site/tvm_ffi" && test -f "$site/flash_mla/_C_legacy.abi3.so"
 rm -rf "$site"
 ls -l .whl
 du -ch .whl/*.whl | tail -1
