@@ -133,6 +133,8 @@ run flashinfer_install python3 -m pip install -q --no-index --no-deps --no-compi
     --no-cache-dir --upgrade --target /tmp/flashinfer-site .whl/*.whl
 PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH} run bench_flashinfer_mla python3 bench/bench_flashinfer_mla.py \
     --md "$results/bench_flashinfer_mla.md" --csv "$results/bench_flashinfer_mla.csv"
+PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH} run bench_flashmla python3 bench/bench_flashmla.py \
+    --md "$results/bench_flashmla.md" --csv "$results/bench_flashmla.csv"
 fi
 if [ "$part" = ch10 ]; then
 run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"
