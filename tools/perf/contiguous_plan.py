@@ -57,7 +57,7 @@ old = "      dec.plan(s, pa::DType::bf16, c.lens, qsl);\n"
 assert old in s
 s = s.replace(old, old + '''      if (const char* e = std::getenv("PA_EXP_CONTIG")) {
         const int grid = dec.host_plan().grid;
-        dec.use_plan(s, pa::DType::bf16, contiguous_plan(s, c.lens, qsl, grid, std::atoi(e)));
+        dec.use_plan(s, pa::DType::bf16, contiguous_plan(s, c.lens, qsl, grid, std::atoi(e)), nullptr, qsl);
         std::printf("(contiguous plan: %zu items on %d blocks, align %d)\\n", dec.host_plan().items.size(), grid, std::atoi(e));
       }
 ''', 1)
