@@ -32,8 +32,8 @@ edit("solutions/11-latent-attention/mla_kernel.cuh", [
     ("  PA_DYNAMIC_SHARED(unsigned char, smem);\n  for (int k = 0; k < a.rounds; ++k) {",
      "  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);\n"
      "  for (int k = 0; k < a.rounds; ++k) {"),
-    ("    attend_item<T, kFp8>(a, w, smem);\n  }\n}",
-     '    attend_item<T, kFp8>(a, w, smem);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
+    ("    attend_item<T, kFp8, RG>(a, w, smem);\n  }\n}",
+     '    attend_item<T, kFp8, RG>(a, w, smem);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
     ("    const int tok0 = w.kv_begin + st * kStageTokens;\n\n    // ANCHOR: scores",
      "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens;\n\n"
      "    // ANCHOR: scores"),
