@@ -173,19 +173,49 @@ def list_cases(cases, l2_bytes=50 * 2**20):
     print(f"{len(cases)} cases")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def case_args(ap, argv):
+    """--md, --csv, --cases and --only, parsed with ap's own arguments; then the cases chosen
+    (None, and a message, when --only matches none)."""
     ap.add_argument("--md", default="", help="the table as Markdown")
     ap.add_argument("--csv", default="", help="the table as CSV (one row per case and backend)")
-    ap.add_argument("--backends", default="fa3,fa2", help="FlashInfer MLA backends to try")
     ap.add_argument("--cases", default=ch11_cases.CASES_FILE, help="the case file (bench_ch11's)")
     ap.add_argument("--only", default="", help="run only the cases whose name holds this text")
-    ap.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
     args = ap.parse_args(argv)
-    cases, _ = ch11_cases.read(args.cases)
-    cases = [c for c in cases if args.only in c[0]]
+    cases = [c for c in ch11_cases.read(args.cases)[0] if args.only in c[0]]
     if not cases:
         print(f"no case of {args.cases} holds '{args.only}'")
+    return args, cases or None
+
+
+def run_cases(torch, cases, run_one, md, csv_path, title=None):
+    """The loop both MLA baselines share (this file and bench_flashmla.py): this run's read
+    ceiling, then each case's rows from run_one(timer, ceil, case, log), the Markdown and CSV
+    files rewritten after every case. Returns the exit status (1 if a check FAILED; 0 with no
+    CUDA device, which it says)."""
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device")
+        return 0
+    device = torch.cuda.get_device_name(0)
+    timer = bt.Timer(torch)
+    ceil = bt.measure_ceilings(torch, timer, 4 * 2**30)
+    print(f"{device}: read ceiling {ceil['read_tbps']:.2f} TB/s, {len(cases)} cases", flush=True)
+    rows, log = [], []
+    for case in cases:
+        rows += run_one(timer, ceil, case, log)
+        torch.cuda.empty_cache()
+        if md:
+            write_md(md, rows, ceil, device, log, **({"title": title} if title else {}))
+        if csv_path:
+            write_csv(csv_path, rows, ceil, device)
+    return 1 if "FAILED" in log else 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default="fa3,fa2", help="FlashInfer MLA backends to try")
+    ap.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
+    args, cases = case_args(ap, argv)
+    if cases is None:
         return 1
     if args.list:
         list_cases(cases)
@@ -197,22 +227,9 @@ def main(argv=None):
     except Exception as e:  # noqa: BLE001
         print(f"skipped: {bt.first_line(e)} (tools/fetch_flashinfer.sh prepares flashinfer)")
         return 0
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device")
-        return 0
-    device = torch.cuda.get_device_name(0)
-    timer = bt.Timer(torch)
-    ceil = bt.measure_ceilings(torch, timer, 4 * 2**30)
-    print(f"{device}: read ceiling {ceil['read_tbps']:.2f} TB/s, {len(cases)} cases", flush=True)
-    rows, log = [], []
-    for case in cases:
-        rows += run_case(torch, fi, timer, ceil, case, args.backends.split(","), log)
-        torch.cuda.empty_cache()
-        if args.md:
-            write_md(args.md, rows, ceil, device, log)
-        if args.csv:
-            write_csv(args.csv, rows, ceil, device)
-    return 1 if "FAILED" in log else 0
+    backends = args.backends.split(",")
+    return run_cases(torch, cases, lambda timer, ceil, case, log:
+                     run_case(torch, fi, timer, ceil, case, backends, log), args.md, args.csv)
 
 
 if __name__ == "__main__":

@@ -89,16 +89,8 @@ def run_case(torch, fm, timer, ceil, case, log):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--md", default="", help="the table as Markdown")
-    ap.add_argument("--csv", default="", help="the table as CSV (backend flashmla)")
-    ap.add_argument("--cases", default=ch11_cases.CASES_FILE, help="the case file (bench_ch11's)")
-    ap.add_argument("--only", default="", help="run only the cases whose name holds this text")
-    args = ap.parse_args(argv)
-    cases, _ = ch11_cases.read(args.cases)
-    cases = [c for c in cases if args.only in c[0]]
-    if not cases:
-        print(f"no case of {args.cases} holds '{args.only}'")
+    args, cases = fim.case_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]), argv)
+    if cases is None:
         return 1
     try:
         import torch
@@ -108,23 +100,8 @@ def main(argv=None):
     except Exception as e:  # noqa: BLE001
         print(f"skipped: {bt.first_line(e)} (tools/fetch_flashinfer.sh fetches sgl-flash-mla)")
         return 0
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device")
-        return 0
-    device = torch.cuda.get_device_name(0)
-    timer = bt.Timer(torch)
-    ceil = bt.measure_ceilings(torch, timer, 4 * 2**30)
-    print(f"{device}: read ceiling {ceil['read_tbps']:.2f} TB/s, {len(cases)} cases", flush=True)
-    rows, log = [], []
-    title = "FlashMLA dense decode (sgl-flash-mla 1.0.0, SM90 legacy kernels)"
-    for case in cases:
-        rows += run_case(torch, fm, timer, ceil, case, log)
-        torch.cuda.empty_cache()
-        if args.md:
-            fim.write_md(args.md, rows, ceil, device, log, title=title)
-        if args.csv:
-            fim.write_csv(args.csv, rows, ceil, device)
-    return 1 if "FAILED" in log else 0
+    return fim.run_cases(torch, cases, lambda timer, ceil, case, log: run_case(torch, fm, timer, ceil, case, log),
+                         args.md, args.csv, "FlashMLA dense decode (sgl-flash-mla 1.0.0, SM90 legacy kernels)")
 
 
 if __name__ == "__main__":
