@@ -130,7 +130,10 @@ def run_case(torch, fi, timer, ceil, case, backends, log):
     return rows
 
 
-def write_md(path, rows, ceil, device, log, title="FlashInfer MLA decode (chapter 11's baseline)"):
+TITLE = "FlashInfer MLA decode (chapter 11's baseline)"
+
+
+def write_md(path, rows, ceil, device, log, title=TITLE):
     with open(path, "w") as f:
         f.write(f"# {title} on {device}\n\n")
         f.write(f"Read ceiling in this run: {ceil['read_tbps']:.2f} TB/s ({ceil['read_how']}).\n\n")
@@ -187,7 +190,7 @@ def case_args(ap, argv):
     return args, cases or None
 
 
-def run_cases(torch, cases, run_one, md, csv_path, title=None):
+def run_cases(torch, cases, run_one, md, csv_path, title=TITLE):
     """The loop both MLA baselines share (this file and bench_flashmla.py): this run's read
     ceiling, then each case's rows from run_one(timer, ceil, case, log), the Markdown and CSV
     files rewritten after every case. Returns the exit status (1 if a check FAILED; 0 with no
@@ -204,7 +207,7 @@ def run_cases(torch, cases, run_one, md, csv_path, title=None):
         rows += run_one(timer, ceil, case, log)
         torch.cuda.empty_cache()
         if md:
-            write_md(md, rows, ceil, device, log, **({"title": title} if title else {}))
+            write_md(md, rows, ceil, device, log, title)
         if csv_path:
             write_csv(csv_path, rows, ceil, device)
     return 1 if "FAILED" in log else 0

@@ -31,7 +31,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_flashinfer_mla as fim  # noqa: E402  (cases, pools, reference, writers)
 import bench_torch as bt  # noqa: E402  (timer, ceilings, rotation, errors)
-import ch11_cases  # noqa: E402
 
 
 def block_table(torch, c, lengths):

@@ -154,6 +154,15 @@ def test_cpp_parser_refuses_the_same_lines(cpp_parser, text, line):
     assert cpp_parser(text).startswith(f"ERROR {line}: ")
 
 
+def write_ours_csv(path, rows):
+    """bench_ch11's CSV columns: each row is case, us, bytes, tbps, pct_read, flops, tflops."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow("kernel,case,us,bytes,tbps,pct_read,flops,tflops,read_ceiling_tbps,copy_ceiling_tbps,device".split(","))
+        for r in rows:
+            w.writerow(["ch11 mla decode", *r, "3.1", "5.0", "GPU X"])
+
+
 def test_flashinfer_bench_lists_cases_without_a_gpu():
     out = subprocess.run([sys.executable, str(HERE / "bench_flashinfer_mla.py"), "--list", "--only", "Hq 128, B 16"],
                          check=True, capture_output=True, text=True).stdout
@@ -169,11 +178,8 @@ def test_both_backends_reach_the_comparison(tmp_path):
     fi_csv = tmp_path / "fi.csv"
     bench.write_csv(fi_csv, rows, ceil, "GPU X")
     ours_csv = tmp_path / "ours.csv"
-    with open(ours_csv, "w", newline="") as f:  # bench_ch11's columns
-        w = csv.writer(f)
-        w.writerow("kernel,case,us,bytes,tbps,pct_read,flops,tflops,read_ceiling_tbps,copy_ceiling_tbps,device".split(","))
-        w.writerow(["ch11 mla decode", "A", "100.000", "1", "1", "45.60", "2", "123.40", "3.1", "5.0", "GPU X"])
-        w.writerow(["ch11 mla decode", "B, with a comma", "10.000", "1", "1", "1", "2", "3", "3.1", "5.0", "GPU X"])
+    write_ours_csv(ours_csv, [["A", "100.000", "1", "1", "45.60", "2", "123.40"],
+                              ["B, with a comma", "10.000", "1", "1", "1", "2", "3"]])
     cases = tmp_path / "cases.txt"
     cases.write_text("## T1\nA | 16 | 1 | 2 x 8 | 64\nB | 16 | 1 | 2 x 8 | 64\n## T2\n= A\n")
     out = tmp_path / "cmp.md"
@@ -194,10 +200,7 @@ def test_flashmla_joins_the_comparison(tmp_path):
                              for b, u in (("fa2", 300.0), ("fa3", 80.0))], ceil, "GPU X")
     bench.write_csv(fm_csv, [dict(case="A", backend="flashmla", us=75.0, tbps=1.0, pct=30.0, tflops=1.0,
                                   bytes=1, flops=2)], ceil, "GPU X")
-    with open(ours_csv, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow("kernel,case,us,bytes,tbps,pct_read,flops,tflops,read_ceiling_tbps,copy_ceiling_tbps,device".split(","))
-        w.writerow(["ch11 mla decode", "A", "100.000", "1", "1", "45.60", "2", "123.40", "3.1", "5.0", "GPU X"])
+    write_ours_csv(ours_csv, [["A", "100.000", "1", "1", "45.60", "2", "123.40"]])
     cases = tmp_path / "cases.txt"
     cases.write_text("## T1\nA | 16 | 1 | 2 x 8 | 64\n")
     out = tmp_path / "cmp.md"
