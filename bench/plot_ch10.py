@@ -14,13 +14,8 @@ import csv
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plot import load  # noqa: E402  (rows of the read ceiling, in file order)
+from plot import bars, load  # noqa: E402  (grouped bars; rows of the read ceiling, in file order)
 from compare_ch10 import flashinfer_best  # noqa: E402  (the table's choice of FlashInfer's mode)
 
 BEST_FLASHINFER = "FlashInfer (best mode)"  # rows made by with_flashinfer_best
@@ -53,50 +48,6 @@ def load_flops(paths):
             with open(p, newline="") as f:
                 rows += list(csv.DictReader(f))
     return rows
-
-
-def bars(rows, series, value, xlabel, title, out_path, limit=None):
-    """Horizontal grouped bars: one group per case (top to bottom in file order), one bar
-    per series present."""
-    wanted = {k for ks in series.values() for k in ks}
-    rows = [r for r in rows if r["kernel"] in wanted]
-    cases = list(dict.fromkeys(r["shape"] for r in rows))
-    if not cases:
-        return False
-    vals = {}
-    for name, kernels in series.items():
-        for case in cases:
-            for k in kernels:
-                got = [float(r[value]) for r in rows if r["kernel"] == k and r["shape"] == case]
-                if got:
-                    vals.setdefault(name, {})[case] = got[0]
-                    break
-    present = [n for n in series if n in vals]
-    height = 0.8 / max(1, len(present))
-    # 8 inches wide: shown at the book's column width (750 px) with every text >= 12 px.
-    fig_h = 0.15 * len(cases) * max(2, len(present)) + 2.0
-    fig, ax = plt.subplots(figsize=(8, fig_h))
-    for i, name in enumerate(present):
-        ys = [c + (i - (len(present) - 1) / 2) * height for c in range(len(cases))]
-        ax.barh(ys, [vals[name].get(s, 0.0) for s in cases], height, label=name)
-    ax.set_yticks(range(len(cases)), cases, fontsize=10)
-    ax.tick_params(axis="x", labelsize=10)
-    ax.set_ylim(len(cases) - 0.5, -0.5)  # top to bottom in file order, no empty margin
-    ax.set_xlabel(xlabel, fontsize=10.5)
-    if limit:
-        ax.set_xlim(0, limit)
-        ax.axvline(100, color="grey", linewidth=0.8)
-    device = rows[0].get("device", "")
-    top = 1 - 0.75 / fig_h  # room above the axes for the title and the legend (inches)
-    fig.suptitle(title.format(device=device), fontsize=11.5, y=1 - 0.08 / fig_h, va="top")
-    ax.spines[["top", "right"]].set_visible(False)
-    fig.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, top - 0.1 / fig_h), ncol=2,
-               frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, top))
-    # A white background: the plot reads the same in the book's light and dark themes.
-    fig.savefig(out_path, metadata={"Date": None}, facecolor="white")  # no date: the same CSV, the same file
-    plt.close(fig)
-    return True
 
 
 def with_flashinfer_best(rows):

@@ -89,6 +89,12 @@ cmake --build "$build" --target serve_hybrid > /dev/null
 # Chapter 10: the varlen kernel beside chapter 9 and FlashInfer (decode-like batches, % of
 # each run's read ceiling), and its prefill chunks in TFLOP/s.
 "$python" bench/plot_ch10.py "$gen/ch10-bench" bench/results/ch10-varlen.csv bench/results/flashinfer-baselines.csv
+# Chapters 11 and 12: each beside its baselines, from the CSV files of one call; every bar
+# against the read ceiling our benchmark measured in that call, so the bars compare times.
+"$python" bench/plot_ch11.py "$gen/ch11-bench" bench/results/ch11-sweep-3way.csv \
+    bench/results/flashinfer-mla-sweep-3way.csv bench/results/flashmla-sweep.csv
+"$python" bench/plot_ch12.py "$gen/ch12-bench.svg" bench/results/ch12-window-floor.csv \
+    bench/results/flashinfer-window-floor.csv
 
 # Appendix B: the emulator's report of a block table that points outside the pool (the
 # program is meant to crash; the GPU's side of the story is in book/src/recorded/).

@@ -163,6 +163,8 @@ step "reference self-tests (pytest reference/)" \
 step "skeleton generator, progress, book-numbers and mutant-runner tests (pytest tools/)" \
     "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_progress.py \
     tools/test_check_book_numbers.py tools/test_run_mutants.py
+step "the benchmarks' GPU-free parts: case files, comparisons, plots (pytest bench/)" \
+    "$python" -m pytest -q -p no:cacheprovider bench/
 step "chapters/ is generated from solutions/ and current" \
     "$python" tools/make_skeletons.py --check
 step "the book's recorded outputs cite current source lines" \
