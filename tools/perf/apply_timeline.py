@@ -6,7 +6,9 @@
 Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel (start, end) and chapter
 11's mla_decode_kernel (start, first stage landed, end). One launch in 16 then prints a line
 "TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90 max" (us from the
-first block's start). Fails loudly if a kernel no longer has the text it marks.
+first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block (chapter 11: its
+SM, and each item's end, tokens and split; chapter 10's too). Fails loudly if a kernel no longer has the text it
+marks.
 """
 import os
 import shutil
@@ -33,7 +35,7 @@ edit("solutions/11-latent-attention/mla_kernel.cuh", [
      "  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);\n"
      "  for (int k = 0; k < a.rounds; ++k) {"),
     ("    attend_item<T, kFp8, RG>(a, w, smem);\n  }\n}",
-     '    attend_item<T, kFp8, RG>(a, w, smem);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
+     '    attend_item<T, kFp8, RG>(a, w, smem);\n    PA_TL_ITEM(w);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
     ("    const int tok0 = w.kv_begin + st * kStageTokens;\n\n    // ANCHOR: scores",
      "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens;\n\n"
      "    // ANCHOR: scores"),
@@ -43,7 +45,7 @@ edit("solutions/10-varlen-attention/varlen_kernel.cuh", [
     ("  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);",
      "  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);"),
     ("    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);\n  }\n}\n// ANCHOR_END: kernel",
-     '    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);\n  }\n  PA_TL_FINISH("ch10");\n}\n'
+     '    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);\n    PA_TL_ITEM(w);\n  }\n  PA_TL_FINISH("ch10");\n}\n'
      "// ANCHOR_END: kernel"),
 ])
 print(f"apply_timeline: {root} marked (build with -DCMAKE_CUDA_FLAGS=-DPA_TIMELINE)")
