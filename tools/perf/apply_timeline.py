@@ -14,22 +14,15 @@ import os
 import shutil
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from marks import edit as mark  # noqa: E402
+
 root = sys.argv[1]
 here = os.path.dirname(os.path.abspath(__file__))
 shutil.copy(os.path.join(here, "timeline.h"), os.path.join(root, "include/pa/timeline.h"))
 
 
-def edit(rel, pairs):
-    path = os.path.join(root, rel)
-    text = open(path).read()
-    for old, new in pairs:
-        if old not in text:
-            sys.exit(f"apply_timeline: {rel} no longer holds {old!r}")
-        text = text.replace(old, new, 1)
-    open(path, "w").write(text)
-
-
-edit("solutions/11-latent-attention/mla_kernel.cuh", [
+mark(root, "solutions/11-latent-attention/mla_kernel.cuh", [
     ('#include "pa/mma.h"\n', '#include "pa/mma.h"\n#include "pa/timeline.h"\n'),
     ("  PA_DYNAMIC_SHARED(unsigned char, smem);\n  for (int k = 0; k < a.rounds; ++k) {",
      "  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);\n"
@@ -40,7 +33,7 @@ edit("solutions/11-latent-attention/mla_kernel.cuh", [
      "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens;\n\n"
      "    // ANCHOR: scores"),
 ])
-edit("solutions/10-varlen-attention/varlen_kernel.cuh", [
+mark(root, "solutions/10-varlen-attention/varlen_kernel.cuh", [
     ('#include "pa/dependent_launch.h"', '#include "pa/dependent_launch.h"\n#include "pa/timeline.h"'),
     ("  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);",
      "  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);"),

@@ -10,22 +10,16 @@ stages instead of 2 and runs one block an SM when S > 2 (S = 5: 225,792 bytes), 
 stages (36,864 bytes each) are in flight an SM where the 8-warp block has one of 73,728.
 Fails loudly if the kernel no longer has the text it edits.
 """
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from marks import edit as mark  # noqa: E402
 
 root, depth = sys.argv[1], int(sys.argv[2])
 
 
-def edit(rel, pairs):
-    path = f"{root}/{rel}"
-    text = open(path).read()
-    for old, new in pairs:
-        if text.count(old) != 1:
-            sys.exit(f"deep_ring: {rel} holds {text.count(old)} copies of {old!r}")
-        text = text.replace(old, new)
-    open(path, "w").write(text)
-
-
-edit("solutions/11-latent-attention/mla_kernel.cuh", [
+mark(root, "solutions/11-latent-attention/mla_kernel.cuh", [
     ("  static constexpr size_t kRingBytes = kStages * kStageBytes;",
      f"  static constexpr int kRing = RG == 1 ? {depth} : kStages;                   // EXPERIMENT\n"
      "  static constexpr int kPerSm = RG == 1 && kRing > 2 ? 1 : 3 - RG;\n"
@@ -42,7 +36,7 @@ edit("solutions/11-latent-attention/mla_kernel.cuh", [
     ("__launch_bounds__(BlockShape<RG>::kThreads, 3 - RG) mla_decode_kernel",
      "__launch_bounds__(BlockShape<RG>::kThreads, BlockShape<RG>::kPerSm) mla_decode_kernel"),
 ])
-edit("solutions/11-latent-attention/mla_decode.cu", [
+mark(root, "solutions/11-latent-attention/mla_decode.cu", [
     ("#include <algorithm>\n", "#include <algorithm>\n#include <cstdlib>\n"),
     ("  return s.latent == LatentFormat::fp8_e4m3 && rows <= kSmallTileRows ? 1 : 2;",
      "  if (std::getenv(\"PA_EXP_RG1_16BIT\") && rows <= kSmallTileRows) return 1;  // EXPERIMENT\n"

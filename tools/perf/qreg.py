@@ -12,27 +12,16 @@ K from shared memory. The runner sends an fp8 pool's tiles of at most 16 rows to
 that force 32-row tiles onto the 4-warp block fail in this build (by design of the experiment).
 Fails loudly if the kernel no longer has the text it edits.
 """
-import re
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from marks import edit as mark  # noqa: E402
 
 root = sys.argv[1]
 
 
-def edit(rel, pairs, regex=()):
-    path = f"{root}/{rel}"
-    text = open(path).read()
-    for old, new in pairs:
-        if text.count(old) != 1:
-            sys.exit(f"qreg: {rel} holds {text.count(old)} copies of {old!r}")
-        text = text.replace(old, new)
-    for pat, new, count in regex:
-        text, n = re.subn(pat, new, text)
-        if n != count:
-            sys.exit(f"qreg: {rel}: {pat!r} matched {n} times, not {count}")
-    open(path, "w").write(text)
-
-
-edit("solutions/11-latent-attention/mla_kernel.cuh", [
+mark(root, "solutions/11-latent-attention/mla_kernel.cuh", [
     ("  using B = BlockShape<RG>;\n",
      "  using B = BlockShape<RG>;\n  constexpr int kMT = RG == 1 ? 1 : 2;  // EXPERIMENT: mma tiles of rows a row group\n"
      "  constexpr bool kQReg = RG == 1;       // EXPERIMENT: Q's A fragments in registers\n"),
@@ -58,7 +47,7 @@ edit("solutions/11-latent-attention/mla_kernel.cuh", [
     ("    float corr[2][2];", "    float corr[kMT][2];"),
     ("        uint32_t af[2][4];\n", "        uint32_t af[kMT][4];\n"),
 ], regex=[(r"mt < 2;", "mt < kMT;", 15)])
-edit("solutions/11-latent-attention/mla_decode.cu", [
+mark(root, "solutions/11-latent-attention/mla_decode.cu", [
     ("#include <algorithm>\n", "#include <algorithm>\n#include <cstdlib>\n"),
     ("  return s.latent == LatentFormat::fp8_e4m3 && rows <= kSmallTileRows ? 1 : 2;",
      "  if (rows > 16) return 2;  // EXPERIMENT: the 4-warp block takes one mma tile\n"
