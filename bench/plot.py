@@ -52,6 +52,12 @@ def plot(rows, out_path):
     fig.savefig(out_path, metadata={"Date": None}, facecolor="white")  # no date: the same CSV, the same file
 
 
+def pct_of(row, ceiling_tbps):
+    """A result row's bytes over its time ("bytes", "us" columns) as % of a ceiling in TB/s:
+    the plots of chapters 11 and 12 put every kernel against one run's ceiling with it."""
+    return 100.0 * float(row["bytes"]) / (float(row["us"]) * 1e-6) / (ceiling_tbps * 1e12)
+
+
 def bars(rows, series, value, xlabel, title, out_path, limit=None, target=None, marks=None):
     """Horizontal grouped bars: one group per case (top to bottom in file order), one bar
     per series present. rows: dicts with "kernel", "shape", the column `value` and

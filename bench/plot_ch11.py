@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ch11_cases  # noqa: E402
 from compare_ch11 import read_csv  # noqa: E402
-from plot import bars  # noqa: E402
+from plot import bars, pct_of  # noqa: E402
 
 OURS = "chapter 11 (mma.sync)"
 LABEL = {"fa2": "FlashInfer FA2 (mma.sync)", "fa3": "FlashInfer FA3 (wgmma)",
@@ -33,17 +33,13 @@ MIN_BATCH = 64         # both targets are for batches of 64 sequences or more
 
 
 def rows_of(ours_rows, other_rows):
-    """One row a (kernel, case) in bars()'s terms: kernel, shape, us, pct (against our run's
-    read ceiling), tflops, device."""
+    """One row a (kernel, case) in bars()'s terms: kernel, shape, pct (against our run's read
+    ceiling), tflops, device."""
     ceiling = float(ours_rows[0]["read_ceiling_tbps"])
     device = ours_rows[0]["device"]
-    out = []
-    for kernel, r in [(OURS, r) for r in ours_rows] + [(LABEL[r["backend"]], r) for r in other_rows]:
-        us = float(r["us"])
-        out.append({"kernel": kernel, "shape": r["case"], "us": us, "device": device,
-                    "pct": 100.0 * float(r["bytes"]) / (us * 1e-6) / (ceiling * 1e12),
-                    "tflops": float(r["flops"]) / (us * 1e-6) / 1e12})
-    return out
+    return [{"kernel": kernel, "shape": r["case"], "device": device, "pct": pct_of(r, ceiling),
+             "tflops": float(r["flops"]) / (float(r["us"]) * 1e-6) / 1e12}
+            for kernel, r in [(OURS, r) for r in ours_rows] + [(LABEL[r["backend"]], r) for r in other_rows]]
 
 
 def select(cases, rule):

@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_ch12 import fastest, floors, read_csv  # noqa: E402  (the table's choices)
-from plot import bars  # noqa: E402
+from plot import bars, pct_of  # noqa: E402
 
 OURS = "chapter 12 (window, sinks)"
 FLASHINFER = "FlashInfer (window_left, AttentionSink)"
@@ -37,8 +37,7 @@ def rows_of(ours_rows, fi_rows):
         for series, best in picked:
             r = best.get(case)
             if r:
-                pct = 100.0 * float(r["bytes"]) / (float(r["us"]) * 1e-6) / (ceiling * 1e12)
-                out.append({"kernel": series, "shape": case, "pct": pct, "device": device})
+                out.append({"kernel": series, "shape": case, "pct": pct_of(r, ceiling), "device": device})
     return out
 
 

@@ -6,9 +6,8 @@
 Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel (start, end) and chapter
 11's mla_decode_kernel (start, first stage landed, end). One launch in 16 then prints a line
 "TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90 max" (us from the
-first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block (chapter 11: its
-SM, and each item's end, tokens and split; chapter 10's too). Fails loudly if a kernel no longer has the text it
-marks.
+first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block (its SM, and
+each item's end, tokens and split). Fails loudly if a kernel no longer has the text it marks.
 """
 import os
 import shutil

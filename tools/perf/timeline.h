@@ -14,7 +14,7 @@ __device__ float g_s[2048], g_f[2048], g_e[2048];  // scratch of the summary (no
 // end, tokens and split), after the summary.
 __device__ unsigned int g_sm[2048], g_items[2048];
 __device__ unsigned long long g_item_end[2048][4];
-__device__ int g_item_tok[2048][4], g_item_split[2048][4];
+__device__ int g_item_tok[2048][4], g_item_split[2048][4][2];  // (split, num_splits)
 __device__ inline unsigned long long now() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -37,7 +37,8 @@ __device__ inline void item(int kv_begin, int kv_end, int split, int num_splits)
   if (k >= 4) return;
   g_item_end[blockIdx.x][k] = now();
   g_item_tok[blockIdx.x][k] = kv_end - kv_begin;
-  g_item_split[blockIdx.x][k] = split * 1000 + num_splits;
+  g_item_split[blockIdx.x][k][0] = split;
+  g_item_split[blockIdx.x][k][1] = num_splits;
 }
 __device__ inline void sort(float* v, int n) {
   for (int i = 1; i < n; ++i) { float x = v[i]; int j = i - 1; while (j >= 0 && v[j] > x) { v[j + 1] = v[j]; --j; } v[j + 1] = x; }
@@ -68,8 +69,8 @@ __device__ inline void finish(const char* tag) {
     printf("TLB %s %d sm %u start %.2f first %.2f end %.2f items %u", tag, b, g_sm[b], (g_rec[b][0] - t0) * 1e-3,
            (g_rec[b][1] - t0) * 1e-3, (g_rec[b][2] - t0) * 1e-3, g_items[b]);
     for (unsigned k = 0; k < m; ++k)
-      printf(" | %.2f %d %d/%d", (g_item_end[b][k] - t0) * 1e-3, g_item_tok[b][k], g_item_split[b][k] / 1000,
-             g_item_split[b][k] % 1000);
+      printf(" | %.2f %d %d/%d", (g_item_end[b][k] - t0) * 1e-3, g_item_tok[b][k], g_item_split[b][k][0],
+             g_item_split[b][k][1]);
     printf("\n");
   }
 #endif
