@@ -56,37 +56,52 @@ constexpr int kPChunks = 8;                         // a row of P: 64 keys' chun
 static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
 
 // ANCHOR: block_shapes
-// Two shapes of thread block run this kernel (its template parameter RG, row groups):
-//   RG = 2: the design above -- 8 warps, tiles of up to 64 rows, 64-key stages, 230,400 bytes
-//           of shared memory: one thread block an SM.
-//   RG = 1: tiles of at most 32 rows (16 or 32 heads of one new token, 16 heads of two) on
-//           4 warps -- one row group, the same four column quarters -- with 32-key stages, so
-//           each warp scores 8 keys a stage: 115,200 bytes, two thread blocks an SM.
+// Three shapes of thread block run this kernel (its template parameters RG, row groups, and
+// MT, 16-row mma tiles a row group):
+//   RG = 2, MT = 2: the design above -- 8 warps, tiles of up to 64 rows, 64-key stages,
+//           230,400 bytes of shared memory: one thread block an SM.
+//   RG = 1, MT = 2: tiles of at most 32 rows (16 or 32 heads of one new token, 16 heads of
+//           two) on 4 warps -- one row group, the same four column quarters -- with 32-key
+//           stages, so each warp scores 8 keys a stage: 115,200 bytes, two blocks an SM.
+//   RG = 1, MT = 1: the same block for tiles of at most 16 rows (8 or 16 heads of one new
+//           token). O is 64 registers a thread, not 128, which leaves room to hold most of
+//           the tile's queries in registers (kQReg: the A fragments of k-steps 0 .. 27, 112
+//           registers), loaded once an item: a stage's scores then read K from shared
+//           memory and the queries only for the last 8 k-steps.
 // On the 8-warp block a 16-row tile leaves the second row group idle at every barrier, and
 // its one row group alone does all of a stage's mma; two 4-warp blocks keep every warp busy,
 // and their stages drift apart, so one's loads and conversions overlap the other's mma.
-template <int RG>
+template <int RG, int MT = 2>
 struct BlockShape {
   static constexpr int kThreads = 32 * kQuarters * RG;           // 256 or 128
-  static constexpr int kTileRows = 32 * RG;                      // the most rows of a tile it takes
+  static constexpr int kMT = MT;                                 // 16-row mma tiles a row group
+  static constexpr bool kQReg = MT == 1;                         // the queries' fragments in registers
+  // ... of k-steps 0 .. kQRegSteps - 1; the last 8 (columns 448 .. 575) stay in shared memory.
+  // All 36 would be 144 registers: ptxas spilled 104 bytes and the fp8 kernel ran 13 to 15%
+  // slower than with 28 (no spill; NOTES.md, "ch11 v5").
+  static constexpr int kQRegSteps = kQReg ? 28 : 0;
+  static constexpr int kTileRows = 16 * MT * RG;                 // the most rows of a tile it takes: 64, 32, 16
+  static constexpr int kQRows = 32 * RG;                         // rows of Q, P and maxima it holds (4 threads a row)
   static constexpr int kStageTokens = 32 * RG;                   // latent rows a stage holds
   static constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // keys of a stage a warp scores: 16 or 8
   static constexpr int kJ = kKeysPerWarp / 8;                    // its n-tiles of scores: 2 or 1
-  static constexpr size_t kQBytes = size_t(kTileRows) * kRowWidth * 2;         // 73,728 or 36,864
+  static constexpr size_t kQBytes = size_t(kQRows) * kRowWidth * 2;            // 73,728 or 36,864
   static constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;  // 73,728 or 36,864
   static constexpr size_t kRingBytes = kStages * kStageBytes;
-  static constexpr size_t kPBytes = size_t(kTileRows) * kPChunks * 16;         // 8,192 or 4,096
-  static constexpr size_t kMaxBytes = size_t(kTileRows) * kQuarters * sizeof(float);
+  static constexpr size_t kPBytes = size_t(kQRows) * kPChunks * 16;            // 8,192 or 4,096
+  static constexpr size_t kMaxBytes = size_t(kQRows) * kQuarters * sizeof(float);
   static constexpr size_t kSmemBytes = kQBytes + kRingBytes + kPBytes + kMaxBytes;  // 230,400 or 115,200
   static constexpr size_t kRawBytes = size_t(kStageTokens) * kFp8RowBytes;    // 41,984 or 20,992
   // An H100 SM has 228 KB of shared memory; each resident block also holds 1 KB for the system.
   static_assert((3 - RG) * (kSmemBytes + 1024) <= 228 * 1024, "the blocks fit an H100 SM's shared memory");
   static_assert(kSmemBytes <= 227 * 1024, "a thread block's shared memory on an H100");
   static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
-  static_assert(kTileRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
+  static_assert(kQRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
+  static_assert(MT == 2 || (MT == 1 && RG == 1), "the queries in registers: the 4-warp block only");
 };
 static_assert(BlockShape<2>::kTileRows == kTileRows && BlockShape<2>::kStageTokens == kStageTokens &&
-                  BlockShape<2>::kThreads == 32 * kWarps && BlockShape<1>::kTileRows == kSmallTileRows,
+                  BlockShape<2>::kThreads == 32 * kWarps && BlockShape<1>::kTileRows == kSmallTileRows &&
+                  BlockShape<1, 1>::kTileRows == kQRegTileRows,
               "include/pa/ch11_mla.h states the block shapes for tests and the book");
 // ANCHOR_END: block_shapes
 
@@ -139,12 +154,13 @@ __device__ inline T* chunk_at(T* base, int chunks, int r, int c) {
 __device__ inline int lane_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
 __device__ inline int lane_half(int lane) { return lane >> 4; }
 
-// One work item (see ch10::WorkItem) on a block of RG row groups (BlockShape<RG>; the item's
-// tile has at most kTileRows rows). Every thread of the block calls it with the same item.
-template <typename T, bool kFp8 = false, int RG = 2>
+// One work item (see ch10::WorkItem) on a block of RG row groups of MT mma tiles
+// (BlockShape<RG, MT>; the item's tile has at most kTileRows rows). Every thread of the
+// block calls it with the same item.
+template <typename T, bool kFp8 = false, int RG = 2, int MT = 2>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
-  using B = BlockShape<RG>;
-  constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens;
+  using B = BlockShape<RG, MT>;
+  constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens, kMT = B::kMT;
   constexpr int kKeysPerWarp = B::kKeysPerWarp, kJ = B::kJ;  // 16 keys and 2 n-tiles a warp, or 8 and 1
   constexpr size_t kQBytes = B::kQBytes, kStageBytes = B::kStageBytes, kRingBytes = B::kRingBytes;
   T* qs = reinterpret_cast<T*>(smem);                                          // [rows][72 chunks]
@@ -160,14 +176,15 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   const int seq_len = a.seq_lens[w.seq];
   const int rows = ch10::tile_rows(n_new, G, w.row0);
 
-  // This lane's four rows: row 32 rg + 16 mt + g + 8 r of the tile for mma tile mt and
+  // This lane's rows: row 32 rg + 16 mt + g + 8 r of the tile for mma tile mt < kMT and
   // r = 0, 1: new token, head, and the position the token sits at (chapter 10's row
   // numbering); pos -1 for a row past the tile. live[mt]: the mma tile has a row of the
-  // tile (16 heads of one new token fill one of the four; the others skip their mma).
-  int token[2][2], head[2][2], pos[2][2];
-  bool live[2];
+  // tile (16 heads of one new token fill one of the 8-warp block's four; the others skip
+  // their mma).
+  int token[kMT][2], head[kMT][2], pos[kMT][2];
+  bool live[kMT];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
+  for (int mt = 0; mt < kMT; ++mt) {
     live[mt] = 32 * rg + 16 * mt < rows;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -260,21 +277,22 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   // The running state of the lane's four rows: max and exp-sum (base 2; this lane's share of
   // the sum: its keys of its quarter, added over lanes and warps at the end), and the output
   // o[mt][n][i]: row 32 rg + 16 mt + g + 8 (i / 2), column 128 quarter + 8 n + 2 t + i % 2.
-  float o[2][kNTiles][4];
+  float o[kMT][kNTiles][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.f;
-  float m_run[2][2], l_run[2][2];
+  float m_run[kMT][2], l_run[kMT][2];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) m_run[mt][r] = -INFINITY, l_run[mt][r] = 0.f;
   const float scale_log2 = a.scale * 1.4426950408889634f;
   const int row0 = 32 * rg;               // the row group's first row of the tile
   const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage (16 or 8 a warp)
+  uint32_t qf[B::kQReg ? B::kQRegSteps : 1][4];  // kQReg: the A fragments of the tile's query rows, k-step kk at qf[kk]
 
   for (int st = 0; st < num_stages; ++st) {
     const T* kv = ring;
@@ -292,30 +310,56 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     }
     const int tok0 = w.kv_begin + st * kStageTokens;
 
+    // ANCHOR: q_frag
+    // q_frag(af, mt, kk): the A fragment (include/pa/mma.h) of query rows row0 + 16 mt ..
+    // + 15 at k-step kk (columns 16 kk .. + 15). The block shape decides where it comes
+    // from: ldmatrix from qs, or (kQReg) the registers qf, filled once an item, when the
+    // item's first stage (and with it the queries) has landed.
+    SmemAddr qa[4];  // the lane's row of qs for ldmatrix: k-step kk at qa[kk % 4] + 128 bytes a group of 4
+#pragma unroll
+    for (int m = 0; m < 4; ++m) qa[m] = smem_addr(chunk_at(qs, kRowChunks, row0 + lane_row(lane), 2 * m + lane_half(lane)));
+    if constexpr (B::kQReg) {
+      if (st == 0) {
+#pragma unroll
+        for (int kk = 0; kk < B::kQRegSteps; ++kk) ldmatrix_x4(qf[kk], qa[kk % 4] + 128 * (kk / 4));
+      }
+    }
+    auto q_frag = [&](uint32_t(&af)[4], int mt, int kk) {
+      if (B::kQReg && kk < B::kQRegSteps) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) af[i] = qf[B::kQReg ? kk : 0][i];  // kk known at compile time (unrolled): a register
+      } else {
+        ldmatrix_x4(af, qa[kk % 4] + mt * (16 * kRowWidth * int(sizeof(T))) + 128 * (kk / 4));
+      }
+    };
+    // ANCHOR_END: q_frag
+
     // ANCHOR: scores
     // sc[mt][j][i]: the score of row row0 + 16 mt + g + 8 (i / 2) against the stage's latent
     // row key0 + 8 j + 2 t + i % 2 (an mma accumulator's layout, include/pa/mma.h); j < kJ:
     // a warp scores kKeysPerWarp keys of the stage, 8 a j.
-    float sc[2][kJ][4];
+    float sc[kMT][kJ][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int j = 0; j < kJ; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc[mt][j][i] = 0.f;
-    // TODO(ch11): on return, for mt = 0, 1, j < kJ and i = 0 .. 3, sc[mt][j][i] is the
-    //   absorbed query of tile row row0 + 16 mt + g + 8 (i / 2) (qs: 576 values) dotted with
+    // TODO(ch11): on return, for mt < kMT, j < kJ and i = 0 .. 3, sc[mt][j][i] is the
+    //   absorbed query of tile row row0 + 16 mt + g + 8 (i / 2) (576 values) dotted with
     //   the stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
     //   cores (mma_16x8x16<T>), times scale_log2 -- or exactly -INFINITY if the row does
     //   not attend that key. The key sits at position kpos = tok0 + tk of the sequence; a
     //   row attends the keys of this item's chunk, [w.kv_begin, w.kv_end), at or before its
     //   own position pos[mt][i / 2] (pos -1: none). Stage rows past the chunk's end hold
-    //   zeros. Shared memory is reached only through chunk_at (rows of kRowChunks chunks).
-    //   An mma tile with live[mt] false has no row of the tile: skipping its mma is allowed.
-    //   Both block shapes (BlockShape: kJ 2 and kJ 1) run this code.
+    //   zeros. The queries come from q_frag (above); the stage is reached only through
+    //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
+    //   the tile: skipping its mma is allowed. All three block shapes (BlockShape: kJ 2 or
+    //   1, kMT 2 or 1) run this code.
     (void)tok0;
     (void)scale_log2;
     (void)kv;
+    (void)q_frag;
     // ANCHOR_END: scores
 
     // ANCHOR: online_softmax
@@ -323,7 +367,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     // four quarters through shared memory. All four warps take the same inputs in the same
     // order, so they agree on m and on the correction without another exchange.
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float mx = fmaxf(sc[mt][0][2 * r], sc[mt][0][2 * r + 1]);
@@ -334,10 +378,10 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
         if (t == 0) maxes[(row0 + 16 * mt + g + 8 * r) * kQuarters + quarter] = mx;
       }
     __syncthreads();  // every quarter's maxima are in
-    float corr[2][2];
+    float corr[kMT][2];
     bool rescale = false;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + 16 * mt + g + 8 * r;
@@ -360,7 +404,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     // Once the max settles (long contexts: most stages), no row moves and O is left alone.
     if (__any_sync(kFullMask, rescale)) {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
@@ -374,9 +418,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 #pragma unroll
       for (int u = 0; u < kStageTokens / 16; ++u) {
         // P as the A operand of k-step u (keys 16 u .. + 15), for both mma tiles.
-        uint32_t af[2][4];
+        uint32_t af[kMT][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < kMT; ++mt)
           ldmatrix_x4(af[mt], chunk_at(ps, kPChunks, row0 + 16 * mt + lane_row(lane), 2 * u + lane_half(lane)));
         // TODO(ch11): on return, for mt with live[mt] and every n < kNTiles, o[mt][n] has
         //   grown by P V for this k-step on the tensor cores (mma_16x8x16<T>(o[mt][n],
@@ -395,7 +439,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   // Each row's exp-sum: its four lanes, then its four quarters (through `maxes`, free now:
   // every warp is past the last stage's barriers).
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       l_run[mt][r] += __shfl_xor_sync(kFullMask, l_run[mt][r], 1);
@@ -404,7 +448,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     }
   __syncthreads();
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float4 q4 = *reinterpret_cast<const float4*>(maxes + (row0 + 16 * mt + g + 8 * r) * kQuarters);
@@ -423,7 +467,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   };
   if (w.num_splits == 1) {  // the whole KV of the tile: normalise and write the output
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         if (pos[mt][r] >= 0) write_row(mt, r, l_run[mt][r]);
@@ -454,14 +498,15 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
 // empty place (seq -1). RG = 2: one thread block an SM (225 KB of shared memory); RG = 1: two
-// (113 KB each; the runner takes it for an fp8 pool whose tiles have at most 32 rows: MlaBlock).
-template <typename T, bool kFp8 = false, int RG = 2>
-__global__ void __launch_bounds__(BlockShape<RG>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
+// (113 KB each; the runner takes them for an fp8 pool whose tiles have at most 32 rows, MT = 1
+// where they have at most 16: MlaBlock).
+template <typename T, bool kFp8 = false, int RG = 2, int MT = 2>
+__global__ void __launch_bounds__(BlockShape<RG, MT>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];
     if (w.seq < 0) break;
-    attend_item<T, kFp8, RG>(a, w, smem);
+    attend_item<T, kFp8, RG, MT>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

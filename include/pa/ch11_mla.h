@@ -184,13 +184,16 @@ void check_mla_metadata(const MlaShape& s, const std::vector<int>& block_table,
 // rows are chapter 10's, row = i * h_q + h for new token i and head h, tiles of 64.
 ch10::VarlenShape planning_shape(const MlaShape& s);
 
-// The thread block the kernel runs on. automatic: 4 warps for an fp8 pool whose tiles all
-// have at most kSmallTileRows rows (there a stage waits on its own conversion, and two blocks
-// an SM overlap one's conversion with the other's mma: 9-12% faster at 16 rows on the H100),
-// 8 warps otherwise (on a 16-bit pool the 4-warp block measured 2-4% slower: twice the
-// stages, each with its barriers and softmax). four_warps: for tests; a batch with a larger
-// tile throws ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
-enum class MlaBlock { automatic, eight_warps, four_warps };
+// The thread block the kernel runs on. automatic: for an fp8 pool whose tiles all have at
+// most kSmallTileRows rows, 4 warps (there a stage waits on its own conversion, and two
+// blocks an SM overlap one's conversion with the other's mma: 9-12% faster at 16 rows on the
+// H100), and where they have at most kQRegTileRows, the 4-warp block that holds the queries
+// in registers (the fp8 kernel is bound by the work a row costs its warps: 5-11% faster
+// again); 8 warps otherwise (on a 16-bit pool both 4-warp blocks measured 1-4% slower: twice
+// the stages, each with its barriers and softmax). four_warps, queries_in_registers: for
+// tests; a batch with a larger tile throws ("sequence 1's tiles have 64 rows: the 4-warp
+// thread block takes at most 32").
+enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers };
 
 // Plan once per step (chapter 10's make_plan), run once per layer.
 class MlaDecode {
@@ -230,7 +233,8 @@ class MlaDecode {
 
   // The thread block of the next plan() or use_plan() (MlaBlock; automatic unless set).
   void set_block(MlaBlock block) { block_ = block; }
-  int row_groups() const { return row_groups_; }  // the planned thread block: 2 (8 warps) or 1 (4 warps)
+  MlaBlock block() const { return planned_block_; }  // the planned thread block (never automatic)
+  int row_groups() const { return planned_block_ == MlaBlock::eight_warps ? 2 : 1; }  // 2: 8 warps, 1: 4
   const ch10::Plan& host_plan() const { return plan_; }
   void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
 
@@ -240,8 +244,7 @@ class MlaDecode {
   DType dtype_ = DType::fp16;
   bool planned_ = false;
   int rounds_ = 0;
-  int row_groups_ = 2;
-  MlaBlock block_ = MlaBlock::automatic;
+  MlaBlock block_ = MlaBlock::automatic, planned_block_ = MlaBlock::eight_warps;
   DeviceBuffer<ch10::WorkItem> items_;
   DeviceBuffer<int> counters_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
@@ -255,11 +258,13 @@ int mla_wave_size(DType dtype, int row_groups = 2);
 // The kernel's tile, for tests and the book: items of up to 64 rows run on thread blocks of
 // 8 warps (2 row groups x 4 column quarters) with 64-row stages, one block an SM; tiles of at
 // most kSmallTileRows rows may also run on blocks of 4 warps (1 row group) with 32-row
-// stages, two blocks an SM (mla_kernel.cuh, BlockShape; MlaBlock below).
+// stages, two blocks an SM, and tiles of at most kQRegTileRows on that block holding the
+// queries in registers (mla_kernel.cuh, BlockShape; MlaBlock above).
 inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
 inline constexpr int kStageTokens = 64;            // latent rows a pipeline stage holds
 inline constexpr int kWarps = 8;                   // 2 row groups x 4 column quarters
 inline constexpr int kSmallTileRows = 32;          // the 4-warp block's tiles
+inline constexpr int kQRegTileRows = 16;           // the tiles of the 4-warp block that holds Q in registers
 
 // ---- In chapter 8's engine --------------------------------------------------------------
 

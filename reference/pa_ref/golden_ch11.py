@@ -81,6 +81,8 @@ CH11_MLA = [
       "sequences with no new token (no rows) beside ones with 1 and 3"),
     C("mla_fp16_h8_bs16_small_group", "fp16", 8, 16, (7, 16, 48), (1, 1, 1),
       "8 heads: chapter 10's 8-row decode tiles"),
+    C("mla_bf16_h16_bs32_decode", "bf16", 16, 32, (31, 64, 97), (1, 1, 1),
+      "bf16 decodes of 16 heads: one 16-row tile a sequence, at and either side of block edges"),
 ]
 
 

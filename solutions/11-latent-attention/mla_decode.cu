@@ -10,13 +10,14 @@ namespace pa::ch11 {
 
 namespace {
 
-// The kernel for T (kFp8: over an fp8 latent pool) on blocks of RG row groups, its dynamic
-// shared memory opted in (it is above 48 KB).
-template <typename T, bool kFp8, int RG>
+// The kernel for T (kFp8: over an fp8 latent pool) on blocks of RG row groups of MT mma
+// tiles, its dynamic shared memory opted in (it is above 48 KB).
+template <typename T, bool kFp8, int RG, int MT = 2>
 auto kernel_for() {
-  const auto kernel = mla_decode_kernel<T, kFp8, RG>;
+  const auto kernel = mla_decode_kernel<T, kFp8, RG, MT>;
   PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(BlockShape<RG>::kSmemBytes)));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(BlockShape<RG, MT>::kSmemBytes)));
   return kernel;
 }
 
@@ -34,14 +35,14 @@ int wave_of() {
   return std::max(1, sms) * std::max(1, per_sm);
 }
 
-// The row groups of the thread block for `block` (MlaBlock): 1 (4 warps, two blocks an SM)
-// or 2. A sequence's largest tile is its first (chapter 10's tile_rows); without
-// query_start_loc the tiles are unknown.
-int row_groups_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
-  if (block == MlaBlock::eight_warps) return 2;
+// The thread block for `block` (MlaBlock; automatic: the runner's choice). A sequence's
+// largest tile is its first (chapter 10's tile_rows); without query_start_loc the tiles are
+// unknown.
+MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
+  if (block == MlaBlock::eight_warps) return block;
   PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
              "MlaDecode: the 4-warp thread block needs the batch's query_start_loc (use_plan's last argument)");
-  if (query_start_loc.empty()) return 2;
+  if (query_start_loc.empty()) return MlaBlock::eight_warps;
   PA_REQUIRE(int(query_start_loc.size()) == s.num_seqs + 1,
              "MlaDecode: query_start_loc has " << query_start_loc.size() << " entries for " << s.num_seqs
                                                << " sequences (num_seqs + 1 expected)");
@@ -50,18 +51,25 @@ int row_groups_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
     const int r = ch10::tile_rows(query_start_loc[b + 1] - query_start_loc[b], s.num_q_heads, 0);
     if (r > rows) rows = r, widest = int(b);
   }
-  if (block == MlaBlock::four_warps) {
+  if (block == MlaBlock::four_warps)
     PA_REQUIRE(rows <= kSmallTileRows, "sequence " << widest << "'s tiles have " << rows
                                                    << " rows: the 4-warp thread block takes at most " << kSmallTileRows);
-    return 1;
-  }
-  return s.latent == LatentFormat::fp8_e4m3 && rows <= kSmallTileRows ? 1 : 2;
+  if (block == MlaBlock::queries_in_registers)
+    PA_REQUIRE(rows <= kQRegTileRows, "sequence " << widest << "'s tiles have " << rows
+                                                  << " rows: the 4-warp thread block that holds the queries in "
+                                                     "registers takes at most " << kQRegTileRows);
+  if (block != MlaBlock::automatic) return block;
+  if (s.latent != LatentFormat::fp8_e4m3 || rows > kSmallTileRows) return MlaBlock::eight_warps;
+  return rows <= kQRegTileRows ? MlaBlock::queries_in_registers : MlaBlock::four_warps;
 }
 
 // The launch of the kernel for T, kFp8 and the planned block shape.
 template <typename T, bool kFp8>
-void launch_mla(const MlaArgs<T>& a, int row_groups, int grid, cudaStream_t stream) {
-  if (row_groups == 1)
+void launch_mla(const MlaArgs<T>& a, MlaBlock block, int grid, cudaStream_t stream) {
+  if (block == MlaBlock::queries_in_registers)
+    pa::launch(kernel_for<T, kFp8, 1, 1>(), dim3(grid), dim3(BlockShape<1, 1>::kThreads),
+               BlockShape<1, 1>::kSmemBytes, stream, a);
+  else if (block == MlaBlock::four_warps)
     pa::launch(kernel_for<T, kFp8, 1>(), dim3(grid), dim3(BlockShape<1>::kThreads), BlockShape<1>::kSmemBytes, stream, a);
   else
     pa::launch(kernel_for<T, kFp8, 2>(), dim3(grid), dim3(BlockShape<2>::kThreads), BlockShape<2>::kSmemBytes, stream, a);
@@ -103,8 +111,8 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
   check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
-  const int rg = row_groups_for(block_, s, query_start_loc);
-  const int g = grid > 0 ? grid : mla_wave_size(dtype, rg);
+  const int rg = block_for(block_, s, query_start_loc) == MlaBlock::eight_warps ? 2 : 1;
+  const int g = grid > 0 ? grid : mla_wave_size(dtype, rg);  // both 4-warp blocks: two an SM
   // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
   use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream,
            query_start_loc);
@@ -117,7 +125,7 @@ void MlaDecode::use_plan(const MlaShape& s, DType dtype, const ch10::Plan& plan,
   check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_shape(s);
-  row_groups_ = row_groups_for(block_, s, query_start_loc);
+  planned_block_ = block_for(block_, s, query_start_loc);
   // A split tile's ticket counts its chunks' arrivals in 16 bits (mla_kernel.cuh, split_merge).
   for (const ch10::WorkItem& w : plan.items)
     PA_REQUIRE(w.num_splits < (1 << 16), "MlaDecode: a tile cut into " << w.num_splits
@@ -160,7 +168,7 @@ void MlaDecode::run(T* out, const T* q, const T* latent_pool, const int* block_t
   const MlaArgs<T> a{out, q, latent_pool, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
                      max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
                      shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
-  launch_mla<T, false>(a, row_groups_, plan_.grid, stream);
+  launch_mla<T, false>(a, planned_block_, plan_.grid, stream);
 }
 
 // ANCHOR: run_fp8
@@ -180,7 +188,7 @@ void MlaDecode::run(T* out, const T* q, const uint8_t* latent_pool, const int* b
                max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
                shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
   a.latent_fp8 = latent_pool;
-  launch_mla<T, true>(a, row_groups_, plan_.grid, stream);
+  launch_mla<T, true>(a, planned_block_, plan_.grid, stream);
 }
 // ANCHOR_END: run_fp8
 

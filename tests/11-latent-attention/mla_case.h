@@ -29,6 +29,17 @@ inline int max_tile_rows(const std::vector<int>& qsl, int heads) {
 
 // An mla_ or naive_ golden case, uploaded. Padding entries of the block table point at a
 // block no sequence owns (all NaN): a kernel that follows one leaks NaN into its output.
+// A thread block in a failure message.
+inline const char* block_words(ch11::MlaBlock b) {
+  switch (b) {
+    case ch11::MlaBlock::eight_warps: return "the 8-warp thread block (64-key stages)";
+    case ch11::MlaBlock::four_warps: return "the 4-warp thread block (32-key stages, 8 keys a warp)";
+    case ch11::MlaBlock::queries_in_registers:
+      return "the 4-warp thread block that holds the queries in registers (16-row tiles, one mma tile a warp)";
+    default: return "the runner's choice of thread block";
+  }
+}
+
 template <typename T>
 struct MlaCase {
   explicit MlaCase(const GoldenCase& c) : name(c.name()) {
@@ -61,7 +72,7 @@ struct MlaCase {
     mla.plan(shape, dtype_of<T>(), seq_lens, qsl, chunk < 0 ? chunk_tokens : chunk,
              grid_size < 0 ? grid : grid_size);
     mla.poison_workspace();
-    row_groups = mla.row_groups();
+    planned_block = mla.block();
     splits = 0;
     for (const ch10::WorkItem& w : mla.host_plan().items) splits = std::max(splits, w.num_splits);
     poison(out);
@@ -76,7 +87,7 @@ struct MlaCase {
     mla.set_block(block);
     mla.use_plan(shape, dtype_of<T>(), plan, nullptr, qsl);
     mla.poison_workspace();
-    row_groups = mla.row_groups();
+    planned_block = mla.block();
     poison(out);
     mla.run(out.get(), q.get(), pool.get(), d_table.get(), d_seq_lens.get(), d_qsl.get(), scale);
     PA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -88,7 +99,7 @@ struct MlaCase {
   std::vector<int> table, seq_lens, qsl;
   float scale = 0.f;
   int chunk_tokens = 0, grid = 0, splits = 0;
-  int row_groups = 0;  // the last run's thread block: 1 (4 warps) or 2 (8 warps)
+  ch11::MlaBlock planned_block = ch11::MlaBlock::automatic;  // the last run's thread block (block_words)
 
   int max_tile_rows() const { return pa::test::max_tile_rows(qsl, shape.num_q_heads); }
   DeviceBuffer<T> q, pool, out;

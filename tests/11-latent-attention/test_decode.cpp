@@ -38,22 +38,34 @@ TEST_P(MlaGolden, MatchesReference) {
   with_dtype(c, [&](auto t) { check_case<decltype(t)>(c, 0, 1, 1); });
 }
 
-// The same on the 4-warp thread block (one row group, 32-key stages: each warp scores 8 keys
-// of a stage, kJ = 1), which takes tiles of at most 32 rows. On a 16-bit pool the runner
-// picks 8 warps; the fp8 pool's small tiles run on this block.
-TEST_P(MlaGolden, OnTheFourWarpBlock) {
-  const GoldenCase c = golden(GetParam());
+// The core test again on a forced thread block that takes tiles of at most max_rows rows
+// (a case with larger tiles is skipped).
+void check_on_block(const GoldenCase& c, ch11::MlaBlock block, int max_rows) {
   with_dtype(c, [&](auto t) {
     using T = decltype(t);
     MlaCase<T> m(c);
-    if (m.max_tile_rows() > ch11::kSmallTileRows) GTEST_SKIP() << "tiles of " << m.max_tile_rows() << " rows";
+    if (m.max_tile_rows() > max_rows) GTEST_SKIP() << "tiles of " << m.max_tile_rows() << " rows";
     const auto [atol, rtol] = tolerance_of(c);
-    const std::vector<T> got = m.run(0, 1, ch11::MlaBlock::four_warps);
-    ASSERT_EQ(m.row_groups, 1);
+    const std::vector<T> got = m.run(0, 1, block);
+    ASSERT_EQ(m.planned_block, block);
     EXPECT_TRUE(mla_close(got, c.get<double>("expected"), m.qsl, m.seq_lens, m.shape.num_q_heads, ch11::kLatentDim,
                           atol, rtol))
-        << c.name() << " (" << c.param("note") << ") on the 4-warp thread block (32-key stages, 8 keys a warp)";
+        << c.name() << " (" << c.param("note") << ") on " << block_words(block);
   });
+}
+
+// The 4-warp thread block (one row group, 32-key stages: each warp scores 8 keys of a stage,
+// kJ = 1), which takes tiles of at most 32 rows. On a 16-bit pool the runner picks 8 warps;
+// the fp8 pool's tiles of 17 to 32 rows run on this block.
+TEST_P(MlaGolden, OnTheFourWarpBlock) {
+  check_on_block(golden(GetParam()), ch11::MlaBlock::four_warps, ch11::kSmallTileRows);
+}
+
+// The 4-warp block that holds the queries in registers (one 16-row mma tile a row group,
+// kMT = 1, the scores' A fragments from q_frag's registers), which takes tiles of at most 16
+// rows; the runner sends an fp8 pool's 16-row tiles there.
+TEST_P(MlaGolden, WithTheQueriesInRegisters) {
+  check_on_block(golden(GetParam()), ch11::MlaBlock::queries_in_registers, ch11::kQRegTileRows);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch11, MlaGolden, ::testing::ValuesIn(golden_case_names("ch11", "mla_")),

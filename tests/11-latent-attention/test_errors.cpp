@@ -49,6 +49,15 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
                              "MlaDecode: query_start_loc has 2 entries for 2 sequences (num_seqs + 1 expected)"));
   EXPECT_TRUE(error_contains([&] { m.use_plan(good(), DType::fp16, plan); },
                              "MlaDecode: the 4-warp thread block needs the batch's query_start_loc"));
+  // The block that holds the queries in registers takes one mma tile a warp: 16 rows.
+  m.set_block(ch11::MlaBlock::queries_in_registers);
+  auto decode = good();
+  decode.num_tokens = 2;
+  EXPECT_NO_THROW(m.plan(decode, DType::fp16, {5, 9}, {0, 1, 2}, 0, 4));  // 16 heads x 1 token
+  EXPECT_EQ(m.block(), ch11::MlaBlock::queries_in_registers);
+  EXPECT_TRUE(error_contains([&] { m.plan(good(), DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
+                             "sequence 1's tiles have 32 rows: the 4-warp thread block that holds the queries in "
+                             "registers takes at most 16"));
 }
 
 TEST(MlaErrors, TooManyChunksForTheTicket) {

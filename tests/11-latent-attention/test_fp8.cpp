@@ -112,7 +112,7 @@ struct Fp8Case {
     ch11::MlaDecode mla;
     mla.plan(shape, dtype_of<T>(), seq_lens, qsl, chunk, grid_size);
     mla.poison_workspace();
-    row_groups = mla.row_groups();
+    planned_block = mla.block();
     splits = 0;
     for (const ch10::WorkItem& w : mla.host_plan().items) splits = std::max(splits, w.num_splits);
     poison(out);
@@ -143,7 +143,8 @@ struct Fp8Case {
 
   std::string name;
   ch11::MlaShape shape{};
-  int row_bytes = 0, chunk_tokens = 0, grid = 0, splits = 0, row_groups = 0;
+  int row_bytes = 0, chunk_tokens = 0, grid = 0, splits = 0;
+  ch11::MlaBlock planned_block = ch11::MlaBlock::automatic;  // the last run's thread block
   std::vector<int> table, seq_lens, qsl;
   std::vector<uint8_t> bytes;
   float scale = 0.f;
@@ -193,7 +194,7 @@ TEST_P(StretchFp8Mla, EqualsThe16BitKernelOnTheHostDequantizedPool) {
     ch11::MlaShape s16 = m.shape;
     s16.latent = ch11::LatentFormat::bits16;
     ch11::MlaDecode mla;
-    mla.set_block(m.row_groups == 1 ? ch11::MlaBlock::four_warps : ch11::MlaBlock::eight_warps);  // the same stages
+    mla.set_block(m.planned_block);  // the same stages, the same block
     mla.plan(s16, dtype_of<T>(), m.seq_lens, m.qsl, 0, 1);
     poison(out16);
     mla.run(out16.get(), m.q.get(), pool16.get(), m.d_table.get(), m.d_seq_lens.get(), m.d_qsl.get(), m.scale);
@@ -205,18 +206,27 @@ TEST_P(StretchFp8Mla, EqualsThe16BitKernelOnTheHostDequantizedPool) {
 }
 
 // The runner's own choice of thread block (not the student's code: a runner that stopped
-// taking the 4-warp block would pass every other test, only slower): 4 warps for an fp8
-// pool whose tiles have at most 32 rows, else 8.
+// taking a 4-warp block would pass every other test, only slower): for an fp8 pool whose
+// tiles have at most 16 rows the 4-warp block that holds the queries in registers, at most
+// 32 the 4-warp block, else 8 warps; for the same batch over a 16-bit pool, 8 warps.
 TEST(Fp8MlaBlock, SmallTilesOfAnFp8PoolRunOnFourWarps) {
   for (const std::string& name : golden_case_names("ch11", "fp8_mla_")) {
     const GoldenCase c = golden(name);
     with_dtype(c, [&](auto t) {
       Fp8Case<decltype(t)> m(c);
       const int rows = max_tile_rows(m.qsl, m.shape.num_q_heads);
+      const ch11::MlaBlock want = rows <= ch11::kQRegTileRows  ? ch11::MlaBlock::queries_in_registers
+                                  : rows <= ch11::kSmallTileRows ? ch11::MlaBlock::four_warps
+                                                                 : ch11::MlaBlock::eight_warps;
       ch11::MlaDecode mla;
       mla.plan(m.shape, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
-      EXPECT_EQ(mla.row_groups(), rows <= ch11::kSmallTileRows ? 1 : 2)
+      EXPECT_EQ(block_words(mla.block()), std::string(block_words(want)))
           << name << ": tiles of at most " << rows << " rows";
+      ch11::MlaShape s16 = m.shape;
+      s16.latent = ch11::LatentFormat::bits16;
+      mla.plan(s16, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
+      EXPECT_EQ(block_words(mla.block()), std::string(block_words(ch11::MlaBlock::eight_warps)))
+          << name << " over a 16-bit pool: tiles of at most " << rows << " rows";
     });
   }
 }

@@ -35,12 +35,15 @@ ch10::Plan cut_mid_stage(const ch11::MlaShape& s, const std::vector<int>& seq_le
   return plan;
 }
 
-// The thread blocks a hand plan runs on: a batch of tiles of at most 32 rows on both (4 warps
-// with 32-key stages, 8 warps with 64-key stages), any other on the 8-warp one.
+// The thread blocks a hand plan runs on: every block that takes the batch's tiles (8 warps
+// with 64-key stages any; 4 warps with 32-key stages those of at most 32 rows; 4 warps holding
+// the queries in registers those of at most 16).
 template <typename T>
 std::vector<ch11::MlaBlock> block_shapes(const MlaCase<T>& m) {
-  if (m.max_tile_rows() <= ch11::kSmallTileRows) return {ch11::MlaBlock::four_warps, ch11::MlaBlock::eight_warps};
-  return {ch11::MlaBlock::eight_warps};
+  std::vector<ch11::MlaBlock> blocks{ch11::MlaBlock::eight_warps};
+  if (m.max_tile_rows() <= ch11::kSmallTileRows) blocks.push_back(ch11::MlaBlock::four_warps);
+  if (m.max_tile_rows() <= ch11::kQRegTileRows) blocks.push_back(ch11::MlaBlock::queries_in_registers);
+  return blocks;
 }
 
 class MlaHandPlan : public ::testing::TestWithParam<std::string> {};
@@ -56,7 +59,7 @@ void check_hand_plan(const GoldenCase& c) {
     EXPECT_TRUE(mla_close(m.run_plan(plan, block), c.get<double>("expected"), m.qsl, m.seq_lens,
                           m.shape.num_q_heads, ch11::kLatentDim, atol, rtol))
         << c.name() << ": every tile cut at tokens 37, 70, 103, ... (chunks that end inside a stage), "
-        << plan.items.size() << " items on " << plan.grid << " thread blocks of " << 4 * m.row_groups << " warps";
+        << plan.items.size() << " items on " << plan.grid << " thread blocks: " << block_words(m.planned_block);
   }
 }
 
@@ -81,8 +84,8 @@ void check_first_keys(const GoldenCase& c) {
   for (ch11::MlaBlock block : block_shapes(m)) {
     EXPECT_TRUE(mla_close(m.run_plan(plan, block), c.get<double>("expected_first37"), m.qsl, m.seq_lens,
                           m.shape.num_q_heads, ch11::kLatentDim, atol, rtol))
-        << c.name() << ": every tile's item stops at token 37 (a chunk end inside a stage, no split), on thread "
-        << "blocks of " << 4 * m.row_groups << " warps";
+        << c.name() << ": every tile's item stops at token 37 (a chunk end inside a stage, no split), on "
+        << block_words(m.planned_block);
   }
 }
 

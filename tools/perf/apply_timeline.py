@@ -26,11 +26,11 @@ mark(root, "solutions/11-latent-attention/mla_kernel.cuh", [
     ("  PA_DYNAMIC_SHARED(unsigned char, smem);\n  for (int k = 0; k < a.rounds; ++k) {",
      "  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);\n"
      "  for (int k = 0; k < a.rounds; ++k) {"),
-    ("    attend_item<T, kFp8, RG>(a, w, smem);\n  }\n}",
-     '    attend_item<T, kFp8, RG>(a, w, smem);\n    PA_TL_ITEM(w);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
-    ("    const int tok0 = w.kv_begin + st * kStageTokens;\n\n    // ANCHOR: scores",
+    ("    attend_item<T, kFp8, RG, MT>(a, w, smem);\n  }\n}",
+     '    attend_item<T, kFp8, RG, MT>(a, w, smem);\n    PA_TL_ITEM(w);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
+    ("    const int tok0 = w.kv_begin + st * kStageTokens;\n\n    // ANCHOR: q_frag",
      "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens;\n\n"
-     "    // ANCHOR: scores"),
+     "    // ANCHOR: q_frag"),
 ])
 mark(root, "solutions/10-varlen-attention/varlen_kernel.cuh", [
     ('#include "pa/dependent_launch.h"', '#include "pa/dependent_launch.h"\n#include "pa/timeline.h"'),
