@@ -355,7 +355,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   zeros. The queries come from q_frag (above); the stage is reached only through
     //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
     //   the tile: skipping its mma is allowed. All three block shapes (BlockShape: kJ 2 or
-    //   1, kMT 2 or 1) run this code.
+    //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the block
+    //   that holds the queries in registers.
     (void)tok0;
     (void)scale_log2;
     (void)kv;

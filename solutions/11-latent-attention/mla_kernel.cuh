@@ -390,7 +390,8 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   zeros. The queries come from q_frag (above); the stage is reached only through
     //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
     //   the tile: skipping its mma is allowed. All three block shapes (BlockShape: kJ 2 or
-    //   1, kMT 2 or 1) run this code.
+    //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the block
+    //   that holds the queries in registers.
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
     //   x 8 latent rows (K^T), one mma.sync per 16 columns, 8 latent rows and 16 query rows:
