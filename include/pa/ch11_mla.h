@@ -188,9 +188,10 @@ ch10::VarlenShape planning_shape(const MlaShape& s);
 // most kSmallTileRows rows, 4 warps (there a stage waits on its own conversion, and two
 // blocks an SM overlap one's conversion with the other's mma: 9-12% faster at 16 rows on the
 // H100), and where they have at most kQRegTileRows, the 4-warp block that holds the queries
-// in registers (the fp8 kernel is bound by the work a row costs its warps: 5-11% faster
-// again); 8 warps otherwise (on a 16-bit pool both 4-warp blocks measured 1-4% slower: twice
-// the stages, each with its barriers and softmax). four_warps, queries_in_registers: for
+// in registers (the fp8 kernel is bound by the work a row costs its warps: 17-22% faster
+// again); 8 warps otherwise (on a 16-bit pool the 4-warp block measured 2-4% slower: twice
+// the stages, each with its barriers and softmax; the one with the queries in registers
+// 0-3% faster, in one round: not enough to switch). four_warps, queries_in_registers: for
 // tests; a batch with a larger tile throws ("sequence 1's tiles have 64 rows: the 4-warp
 // thread block takes at most 32").
 enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers };

@@ -39,6 +39,9 @@ int wave_of() {
 // largest tile is its first (chapter 10's tile_rows); without query_start_loc the tiles are
 // unknown.
 MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
+  PA_REQUIRE(block == MlaBlock::automatic || block == MlaBlock::eight_warps || block == MlaBlock::four_warps ||
+                 block == MlaBlock::queries_in_registers,
+             "MlaDecode: unknown MlaBlock " << int(block));
   if (block == MlaBlock::eight_warps) return block;
   PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
              "MlaDecode: the 4-warp thread block needs the batch's query_start_loc (use_plan's last argument)");

@@ -27,8 +27,6 @@ inline int max_tile_rows(const std::vector<int>& qsl, int heads) {
   return rows;
 }
 
-// An mla_ or naive_ golden case, uploaded. Padding entries of the block table point at a
-// block no sequence owns (all NaN): a kernel that follows one leaks NaN into its output.
 // A thread block in a failure message.
 inline const char* block_words(ch11::MlaBlock b) {
   switch (b) {
@@ -40,6 +38,8 @@ inline const char* block_words(ch11::MlaBlock b) {
   }
 }
 
+// An mla_ or naive_ golden case, uploaded. Padding entries of the block table point at a
+// block no sequence owns (all NaN): a kernel that follows one leaks NaN into its output.
 template <typename T>
 struct MlaCase {
   explicit MlaCase(const GoldenCase& c) : name(c.name()) {

@@ -58,6 +58,9 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
   EXPECT_TRUE(error_contains([&] { m.plan(good(), DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
                              "sequence 1's tiles have 32 rows: the 4-warp thread block that holds the queries in "
                              "registers takes at most 16"));
+  m.set_block(static_cast<ch11::MlaBlock>(7));
+  EXPECT_TRUE(error_contains([&] { m.plan(decode, DType::fp16, {5, 9}, {0, 1, 2}, 0, 4); },
+                             "MlaDecode: unknown MlaBlock 7"));
 }
 
 TEST(MlaErrors, TooManyChunksForTheTicket) {
