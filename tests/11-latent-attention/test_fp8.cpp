@@ -220,13 +220,13 @@ TEST(Fp8MlaBlock, SmallTilesOfAnFp8PoolRunOnFourWarps) {
                                                                  : ch11::MlaBlock::eight_warps;
       ch11::MlaDecode mla;
       mla.plan(m.shape, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
-      EXPECT_EQ(block_words(mla.block()), std::string(block_words(want)))
-          << name << ": tiles of at most " << rows << " rows";
+      EXPECT_EQ(mla.block(), want) << name << ": tiles of at most " << rows << " rows ran on "
+                                   << block_words(mla.block()) << ", not " << block_words(want);
       ch11::MlaShape s16 = m.shape;
       s16.latent = ch11::LatentFormat::bits16;
       mla.plan(s16, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
-      EXPECT_EQ(block_words(mla.block()), std::string(block_words(ch11::MlaBlock::eight_warps)))
-          << name << " over a 16-bit pool: tiles of at most " << rows << " rows";
+      EXPECT_EQ(mla.block(), ch11::MlaBlock::eight_warps)
+          << name << " over a 16-bit pool: tiles of at most " << rows << " rows ran on " << block_words(mla.block());
     });
   }
 }
