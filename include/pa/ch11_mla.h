@@ -184,16 +184,15 @@ void check_mla_metadata(const MlaShape& s, const std::vector<int>& block_table,
 // rows are chapter 10's, row = i * h_q + h for new token i and head h, tiles of 64.
 ch10::VarlenShape planning_shape(const MlaShape& s);
 
-// The thread block the kernel runs on. automatic: for an fp8 pool whose tiles all have at
-// most kSmallTileRows rows, 4 warps (there a stage waits on its own conversion, and two
-// blocks an SM overlap one's conversion with the other's mma: 9-12% faster at 16 rows on the
-// H100), and where they have at most kQRegTileRows, the 4-warp block that holds the queries
-// in registers (the fp8 kernel is bound by the work a row costs its warps: 17-22% faster
-// again); 8 warps otherwise (on a 16-bit pool the 4-warp block measured 2-4% slower: twice
-// the stages, each with its barriers and softmax; the one with the queries in registers
-// 0-3% faster, in one round: not enough to switch). four_warps, queries_in_registers: for
-// tests; a batch with a larger tile throws ("sequence 1's tiles have 64 rows: the 4-warp
-// thread block takes at most 32").
+// The thread block the kernel runs on. automatic: for tiles of at most kQRegTileRows rows,
+// the 4-warp block that holds the queries in registers (a row costs its warps a third fewer
+// shared-memory reads: the fp8 kernel 17-22% faster on the H100, the 16-bit kernel 8-15% on
+// the H200); for an fp8 pool whose tiles have at most kSmallTileRows, 4 warps (a stage waits
+// on its own conversion, and two blocks an SM overlap one's conversion with the other's mma:
+// 4% faster at 32 rows on the H100, 2.5-5% on the H200); 8 warps otherwise (a 16-bit pool's
+// 32-row tiles on 4 warps measured 1-4% slower: twice the stages, each with its barriers and
+// softmax). four_warps, queries_in_registers: for tests; a batch with a larger tile throws
+// ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
 enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers };
 
 // Plan once per step (chapter 10's make_plan), run once per layer.

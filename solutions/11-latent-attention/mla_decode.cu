@@ -62,8 +62,8 @@ MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
                                                   << " rows: the 4-warp thread block that holds the queries in "
                                                      "registers takes at most " << kQRegTileRows);
   if (block != MlaBlock::automatic) return block;
-  if (s.latent != LatentFormat::fp8_e4m3 || rows > kSmallTileRows) return MlaBlock::eight_warps;
-  return rows <= kQRegTileRows ? MlaBlock::queries_in_registers : MlaBlock::four_warps;
+  if (rows <= kQRegTileRows) return MlaBlock::queries_in_registers;
+  return s.latent == LatentFormat::fp8_e4m3 && rows <= kSmallTileRows ? MlaBlock::four_warps : MlaBlock::eight_warps;
 }
 
 // The launch of the kernel for T, kFp8 and the planned block shape.

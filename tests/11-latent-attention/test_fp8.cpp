@@ -208,7 +208,8 @@ TEST_P(StretchFp8Mla, EqualsThe16BitKernelOnTheHostDequantizedPool) {
 // The runner's own choice of thread block (not the student's code: a runner that stopped
 // taking a 4-warp block would pass every other test, only slower): for an fp8 pool whose
 // tiles have at most 16 rows the 4-warp block that holds the queries in registers, at most
-// 32 the 4-warp block, else 8 warps; for the same batch over a 16-bit pool, 8 warps.
+// 32 the 4-warp block, else 8 warps; for the same batch over a 16-bit pool, the block that
+// holds the queries in registers for tiles of at most 16 rows, else 8 warps.
 TEST(Fp8MlaBlock, SmallTilesOfAnFp8PoolRunOnFourWarps) {
   for (const std::string& name : golden_case_names("ch11", "fp8_mla_")) {
     const GoldenCase c = golden(name);
@@ -225,8 +226,10 @@ TEST(Fp8MlaBlock, SmallTilesOfAnFp8PoolRunOnFourWarps) {
       ch11::MlaShape s16 = m.shape;
       s16.latent = ch11::LatentFormat::bits16;
       mla.plan(s16, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
-      EXPECT_EQ(mla.block(), ch11::MlaBlock::eight_warps)
-          << name << " over a 16-bit pool: tiles of at most " << rows << " rows ran on " << block_words(mla.block());
+      const ch11::MlaBlock want16 =
+          rows <= ch11::kQRegTileRows ? ch11::MlaBlock::queries_in_registers : ch11::MlaBlock::eight_warps;
+      EXPECT_EQ(mla.block(), want16) << name << " over a 16-bit pool: tiles of at most " << rows << " rows ran on "
+                                     << block_words(mla.block()) << ", not " << block_words(want16);
     });
   }
 }
