@@ -160,7 +160,9 @@ def checked_mode_available(tree):
                for p in (tree / "CMakeLists.txt", tree / "emu" / "CMakeLists.txt") if p.is_file())
 
 
-def configure(tree, build_dir, mode, python, opt, log):
+def configure(tree, build_dir, mode, python, opt, log, shared=False):
+    """shared (plain mode; shares_main_objects): the main build's flags, and the launcher
+    that compiles a mutant's rebuild at its own level (tools/mutant_compile.sh)."""
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     if mode == "cuda":  # on a GPU machine: the same mutants, judged by compute-sanitizer
         cmd = ["cmake", "-S", str(tree), "-B", str(build_dir), *gen, "-DPA_BACKEND=cuda",
@@ -176,7 +178,11 @@ def configure(tree, build_dir, mode, python, opt, log):
            # -O1: each mutant recompiles a kernel file; -O1 compiles about 1.5x faster than
            # the default -O3 and the small test shapes still run in seconds. (None: CMake's
            # own Release flags, for checked mode: opt_of.)
-           f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG" if opt else "-UCMAKE_CXX_FLAGS_RELEASE"]
+           f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG" if opt and not shared else "-UCMAKE_CXX_FLAGS_RELEASE",
+           # Given every time: a build directory configured the other way takes this one's.
+           "-DCMAKE_CXX_COMPILER_LAUNCHER=" + ";".join(
+               ([str(ROOT / "tools" / "mutant_compile.sh")] if shared and mode == "plain" else [])
+               + [w for w in os.environ.get("CMAKE_CXX_COMPILER_LAUNCHER", "").split(";") if w])]
     if mode == "check":
         cmd.append("-DPA_EMU_CHECK=ON")
     fresh = not (build_dir / "CMakeCache.txt").is_file()
@@ -201,10 +207,12 @@ def planted(tree, m):
         path.write_text(original)
 
 
-def build(build_dir, targets, jobs):
+def build(build_dir, targets, jobs, opt=None):
+    """opt: what tools/mutant_compile.sh compiles at (a shared build's mutant rebuild)."""
     targets = [targets] if isinstance(targets, str) else targets
+    env = dict(os.environ, PA_MUTANT_OPT=opt) if opt else None
     r = subprocess.run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *targets],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -370,11 +378,21 @@ def opt_of(key, opt):
     return "-O0" if mode == "plain" and chapter in OPT_O0_CHAPTERS else DEFAULT_OPT
 
 
-def build_name(key, opt):
+def build_name(key, opt, shared=False):
     """A group's build directory's name: MODE, or MODE-O0 for a group built at -O0 by
-    default."""
+    default (unless the builds share the main build's objects: one build, each mutant's
+    rebuild at its chapter's level)."""
     o = opt_of(key, opt)
-    return key[0] + ("-O0" if not opt and o == "-O0" else "")
+    return key[0] + ("-O0" if not opt and o == "-O0" and not shared else "")
+
+
+def shares_main_objects(opt):
+    """Whether the plain builds take the main build's objects (make test's build/cpu, -O3)
+    from ccache rather than compiling every chapter again at -O1 (chapter 9: -O0): when
+    ccache is the launcher (.ci/run sets it) and no --opt is given. Their first build is
+    then cache hits (about 200 s of CI's 2 cores went to those builds); a mutant's rebuild
+    still runs at opt_of's level, through tools/mutant_compile.sh."""
+    return not opt and "ccache" in os.environ.get("CMAKE_CXX_COMPILER_LAUNCHER", "")
 
 
 def build_dir(tree, name):
@@ -406,8 +424,10 @@ def run_one(m, tree, bdir, args, build_jobs, times=None):
     start = time.time()
     status, out, timed_out, caught, missing = "", "", False, False, []
     t_build = 0.0
+    shared = shares_main_objects(args.opt) and m["ran_as"] == "plain"
     with planted(tree, m):
-        rc, bout = build(bdir, target, build_jobs)
+        rc, bout = build(bdir, target, build_jobs,
+                         opt_of(("plain", m["chapter"]), args.opt) if shared else None)
         t_build = time.time() - start
         if rc != 0:
             status = "BUILD FAILED"
@@ -473,6 +493,7 @@ class Pool:
     def __init__(self, groups, args, python, work, logs, trees, build_jobs, seconds=None):
         self.args, self.python, self.work, self.logs = args, python, work, logs
         self.trees, self.build_jobs = trees, build_jobs
+        self.shared = shares_main_objects(args.opt)
         self.seconds = seconds or {}
         self.cond = threading.Condition()
         self.done = {}  # mutant index -> (result, lines to print)
@@ -492,7 +513,7 @@ class Pool:
             self.queues[k].append(key)
 
     def built(self, k, key):
-        bdir = build_dir(self.trees[k], build_name(key, self.args.opt))
+        bdir = build_dir(self.trees[k], build_name(key, self.args.opt, self.shared))
         return all((bdir / t).is_file() for t in targets_of(self.groups[key]))
 
     def take(self, k):
@@ -517,11 +538,11 @@ class Pool:
                 if got is None:
                     return
                 (mode, chapter), group = got
-                name = build_name((mode, chapter), self.args.opt)
+                name = build_name((mode, chapter), self.args.opt, self.shared)
                 bdir = build_dir(tree, name)
                 if name not in configured:
                     configure(tree, bdir, mode, self.python, opt_of((mode, chapter), self.args.opt),
-                              self.logs / f"configure-{worker_dir(name, k)}.log")
+                              self.logs / f"configure-{worker_dir(name, k)}.log", self.shared)
                     configured.add(name)
                 # The group's tests once, unmutated: they must build, and afterwards each
                 # mutant rebuilds only what its file touches (plus what the last revert did).

@@ -201,11 +201,17 @@ if [ "$backend" = cpu ]; then
     for order in reverse greedy random:1; do
         step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"
     done
+    # (Not chapter 8's random traces under memory pressure, 29 of its 44 s, nor chapters
+    # 10-12's engine tests: host code around kernels whose own tests run here. The traces
+    # run again below, 400 of them.)
     for dir in solutions/[0-9][0-9]-*/; do
         slug=$(basename "$dir")
         num=${slug%%-*}
+        filter=()
+        [ "$num" = 08 ] && filter=(--gtest_filter=-PressureProperty.*)
+        [ "$num" -ge 10 ] && filter=(--gtest_filter=-*InTheEngine*)
         step "chapter $num solution tests, schedule greedy" \
-            env PA_EMU_SCHEDULE=greedy "$build/test_ch${num}_solution"
+            env PA_EMU_SCHEDULE=greedy "$build/test_ch${num}_solution" "${filter[@]}"
     done
     # Checked mode (make check-chapter-N): the emulator as a CPU compute-sanitizer. Its
     # diagnoses are proven by test_emu; every solution must be silent in it (no false
@@ -220,8 +226,11 @@ if [ "$backend" = cpu ]; then
         step "checked mode: emulator diagnoses, schedule $order" \
             env PA_EMU_SCHEDULE=$order "$check/tests/emu/test_emu"
     done
-    # Two at a time, the later chapters (the longest runs) first.
-    for dir in $(printf '%s\n' solutions/[0-9][0-9]-*/ | sort -r); do
+    # Two at a time, the longest runs first (CI, seconds: 11 352, 10 190, 09 99, 08 78, the
+    # rest 22 or less), so that no long run starts late beside an idle core (in the order
+    # 12, 10, 09, 11, ... chapter 11 started at 121 s and ran alone for its last 135).
+    for dir in $(printf '%s\n' solutions/1[01]-*/ solutions/0[89]-*/ | sort -r) \
+               $(printf '%s\n' solutions/[0-9][0-9]-*/ | grep -vE '/(08|09|10|11)-' | sort -r); do
         slug=$(basename "$dir")
         num=${slug%%-*}
         filter=()
@@ -239,7 +248,12 @@ if [ "$backend" = cpu ]; then
         # lengths; the fp16 edge case has one more sequence, of 65 tokens, where mla_'s edges
         # stop at 40: block_size + 1 is there as 17). Its claim, bit for bit equal outputs, is
         # numerical: the plain runs check it.)
-        [ "$num" = 11 ] && filter=(--gtest_filter=-*InTheEngine*:*EqualsThe16BitKernelOnTheHostDequantizedPool*)
+        # (And the split and hand-planned runs of its largest case, mla_bf16_h128_bs32_split,
+        # 51 s: the same kernel paths run here on mla_fp16_h64_bs16_split (64-row tiles split,
+        # chunks ending inside a stage), mla_fp16_h64_bs32_s4 (splits at block size 32) and
+        # mla_bf16_h128_bs64_s1 (bf16 splits); the case itself still runs, unsplit in
+        # MlaGolden and as items stopping inside a stage in MlaHandPlan.)
+        [ "$num" = 11 ] && filter=(--gtest_filter=-*InTheEngine*:*EqualsThe16BitKernelOnTheHostDequantizedPool*:*StretchMlaSplit.*/mla_bf16_h128_bs32_split:*StretchMlaHandPlan.*/mla_bf16_h128_bs32_split)
         queue "checked mode: chapter $num solution is silent (no race, out-of-bounds or uninitialised read)" \
             env PA_EMU_SCHEDULE=forward "$check/test_ch${num}_solution" "${filter[@]}"
     done

@@ -9,7 +9,9 @@ the lines come out in chapter order whatever the timing; a failed unmutated buil
 the run with its message.
 """
 
+import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -41,13 +43,13 @@ def fake(tmp_path, monkeypatch):
         assert build_dir.parent.name == "build"  # inside the worker's scratch copy
         return f"{build_dir.parent.parent.name}/{build_dir.name}"
 
-    def configure(tree, build_dir, mode, python, opt, log):
+    def configure(tree, build_dir, mode, python, opt, log, shared=False):
         assert build_dir == run_mutants.build_dir(tree, build_dir.name)
         with lock:
             calls["configured"].append(name_of(build_dir))
         build_dir.mkdir(parents=True, exist_ok=True)
 
-    def build(build_dir, targets, jobs):
+    def build(build_dir, targets, jobs, opt=None):
         time.sleep(random.uniform(0, 0.01))
         targets = [targets] if isinstance(targets, str) else targets
         if any((name_of(build_dir), t) in fail_build for t in targets):
@@ -276,3 +278,27 @@ def test_the_sync_keeps_the_copys_own_builds(tmp_path, monkeypatch):
     assert (copied, removed) == (1, 1)
     assert (tree / "build" / "plain" / "test_ch01_solution").is_file()
     assert (tree / "tools" / "run_mutants.py").is_file() and not (tree / "stale.txt").exists()
+
+
+def test_with_ccache_the_plain_builds_keep_the_main_builds_flags_in_one_directory(monkeypatch):
+    """With ccache as the launcher (CI), the scratch builds' first build is the main build's
+    objects (cache hits): its flags, and one plain directory (chapter 9 too); a mutant's
+    rebuild still compiles at its chapter's level (opt_of), through tools/mutant_compile.sh."""
+    monkeypatch.setenv("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
+    assert run_mutants.shares_main_objects(None)
+    assert not run_mutants.shares_main_objects("-O2")  # --opt: the flags asked for
+    assert run_mutants.build_name(("plain", "09"), None, shared=True) == "plain"
+    assert run_mutants.opt_of(("plain", "09"), None) == "-O0"
+    monkeypatch.delenv("CMAKE_CXX_COMPILER_LAUNCHER")
+    assert not run_mutants.shares_main_objects(None)
+
+
+def test_the_mutant_launcher_swaps_only_the_optimisation_level():
+    script = str(run_mutants.ROOT / "tools" / "mutant_compile.sh")
+    args = ["echo", "c++", "-O3", "-DNDEBUG", "a b.cu", "-O1"]
+    plain = subprocess.run([script, *args], capture_output=True, text=True, check=True).stdout
+    assert plain.split() == ["c++", "-O3", "-DNDEBUG", "a", "b.cu", "-O1"]
+    env = dict(os.environ, PA_MUTANT_OPT="-O0")
+    swapped = subprocess.run([script, "printf", "<%s>", *args[1:]], capture_output=True, text=True,
+                             check=True, env=env).stdout
+    assert swapped == "<c++><-O0><-DNDEBUG><a b.cu><-O0>"
