@@ -187,13 +187,13 @@ ch10::VarlenShape planning_shape(const MlaShape& s);
 // The thread block the kernel runs on. automatic: for tiles of at most kQRegTileRows rows,
 // the 4-warp block that holds the queries in registers (a row costs its warps a third fewer
 // shared-memory reads: the fp8 kernel 17-22% faster on the H100, the 16-bit kernel 8-15% on
-// the H200); for an fp8 pool whose tiles have at most kSmallTileRows, 4 warps (a stage waits
-// on its own conversion, and two blocks an SM overlap one's conversion with the other's mma:
-// 4% faster at 32 rows on the H100, 2.5-5% on the H200); 8 warps otherwise (a 16-bit pool's
-// 32-row tiles on 4 warps measured 1-4% slower: twice the stages, each with its barriers and
-// softmax). four_warps, queries_in_registers: for tests; a batch with a larger tile throws
-// ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
-enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers };
+// the H200); for tiles of at most kSmallTileRows, the 8-warp block that holds them in
+// registers, one 16-row mma tile a row group (on the H200 0.90x the 8-warp block's time at
+// 32 rows on a 16-bit pool, 0.93-0.95x the 4-warp block's on an fp8 one); 8 warps with 64-key
+// stages otherwise. four_warps (32-key stages, two blocks an SM: the fp8 pool's 32-row tiles
+// until session 45) and the others: for tests; a batch with a larger tile than a block takes
+// throws ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
+enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers, eight_warps_queries_in_registers };
 
 // Plan once per step (chapter 10's make_plan), run once per layer.
 class MlaDecode {
@@ -234,7 +234,9 @@ class MlaDecode {
   // The thread block of the next plan() or use_plan() (MlaBlock; automatic unless set).
   void set_block(MlaBlock block) { block_ = block; }
   MlaBlock block() const { return planned_block_; }  // the planned thread block (never automatic)
-  int row_groups() const { return planned_block_ == MlaBlock::eight_warps ? 2 : 1; }  // 2: 8 warps, 1: 4
+  int row_groups() const {  // 2: 8 warps, 1: 4
+    return planned_block_ == MlaBlock::eight_warps || planned_block_ == MlaBlock::eight_warps_queries_in_registers ? 2 : 1;
+  }
   const ch10::Plan& host_plan() const { return plan_; }
   void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
 
@@ -258,12 +260,13 @@ int mla_wave_size(DType dtype, int row_groups = 2);
 // The kernel's tile, for tests and the book: items of up to 64 rows run on thread blocks of
 // 8 warps (2 row groups x 4 column quarters) with 64-row stages, one block an SM; tiles of at
 // most kSmallTileRows rows may also run on blocks of 4 warps (1 row group) with 32-row
-// stages, two blocks an SM, and tiles of at most kQRegTileRows on that block holding the
-// queries in registers (mla_kernel.cuh, BlockShape; MlaBlock above).
+// stages, two blocks an SM, or on 8 warps holding the queries in registers (one 16-row mma
+// tile a row group), and tiles of at most kQRegTileRows on the 4-warp block holding them
+// (mla_kernel.cuh, BlockShape; MlaBlock above).
 inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
 inline constexpr int kStageTokens = 64;            // latent rows a pipeline stage holds
 inline constexpr int kWarps = 8;                   // 2 row groups x 4 column quarters
-inline constexpr int kSmallTileRows = 32;          // the 4-warp block's tiles
+inline constexpr int kSmallTileRows = 32;          // the tiles of the 4-warp block and of the 8-warp block that holds Q in registers
 inline constexpr int kQRegTileRows = 16;           // the tiles of the 4-warp block that holds Q in registers
 
 // ---- In chapter 8's engine --------------------------------------------------------------

@@ -40,11 +40,12 @@ int wave_of() {
 // unknown.
 MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
   PA_REQUIRE(block == MlaBlock::automatic || block == MlaBlock::eight_warps || block == MlaBlock::four_warps ||
-                 block == MlaBlock::queries_in_registers,
+                 block == MlaBlock::queries_in_registers || block == MlaBlock::eight_warps_queries_in_registers,
              "MlaDecode: unknown MlaBlock " << int(block));
   if (block == MlaBlock::eight_warps) return block;
   PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
-             "MlaDecode: the 4-warp thread block needs the batch's query_start_loc (use_plan's last argument)");
+             "MlaDecode: a thread block other than 8 warps with 64-key stages needs the batch's query_start_loc "
+                 "(use_plan's last argument)");
   if (query_start_loc.empty()) return MlaBlock::eight_warps;
   PA_REQUIRE(int(query_start_loc.size()) == s.num_seqs + 1,
              "MlaDecode: query_start_loc has " << query_start_loc.size() << " entries for " << s.num_seqs
@@ -57,13 +58,17 @@ MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
   if (block == MlaBlock::four_warps)
     PA_REQUIRE(rows <= kSmallTileRows, "sequence " << widest << "'s tiles have " << rows
                                                    << " rows: the 4-warp thread block takes at most " << kSmallTileRows);
+  if (block == MlaBlock::eight_warps_queries_in_registers)
+    PA_REQUIRE(rows <= kSmallTileRows, "sequence " << widest << "'s tiles have " << rows
+                                                   << " rows: the 8-warp thread block that holds the queries in "
+                                                      "registers takes at most " << kSmallTileRows);
   if (block == MlaBlock::queries_in_registers)
     PA_REQUIRE(rows <= kQRegTileRows, "sequence " << widest << "'s tiles have " << rows
                                                   << " rows: the 4-warp thread block that holds the queries in "
                                                      "registers takes at most " << kQRegTileRows);
   if (block != MlaBlock::automatic) return block;
   if (rows <= kQRegTileRows) return MlaBlock::queries_in_registers;
-  return s.latent == LatentFormat::fp8_e4m3 && rows <= kSmallTileRows ? MlaBlock::four_warps : MlaBlock::eight_warps;
+  return rows <= kSmallTileRows ? MlaBlock::eight_warps_queries_in_registers : MlaBlock::eight_warps;
 }
 
 // The launch of the kernel for T, kFp8 and the planned block shape.
@@ -72,6 +77,9 @@ void launch_mla(const MlaArgs<T>& a, MlaBlock block, int grid, cudaStream_t stre
   if (block == MlaBlock::queries_in_registers)
     pa::launch(kernel_for<T, kFp8, 1, 1>(), dim3(grid), dim3(BlockShape<1, 1>::kThreads),
                BlockShape<1, 1>::kSmemBytes, stream, a);
+  else if (block == MlaBlock::eight_warps_queries_in_registers)
+    pa::launch(kernel_for<T, kFp8, 2, 1>(), dim3(grid), dim3(BlockShape<2, 1>::kThreads),
+               BlockShape<2, 1>::kSmemBytes, stream, a);
   else if (block == MlaBlock::four_warps)
     pa::launch(kernel_for<T, kFp8, 1>(), dim3(grid), dim3(BlockShape<1>::kThreads), BlockShape<1>::kSmemBytes, stream, a);
   else
@@ -114,7 +122,8 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
   check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
-  const int rg = block_for(block_, s, query_start_loc) == MlaBlock::eight_warps ? 2 : 1;
+  const MlaBlock block = block_for(block_, s, query_start_loc);
+  const int rg = block == MlaBlock::eight_warps || block == MlaBlock::eight_warps_queries_in_registers ? 2 : 1;
   const int g = grid > 0 ? grid : mla_wave_size(dtype, rg);  // both 4-warp blocks: two an SM
   // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
   use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream,

@@ -55,8 +55,8 @@ constexpr int kPChunks = 8;                         // a row of P: 64 keys' chun
 static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
 
 // ANCHOR: block_shapes
-// Three shapes of thread block run this kernel (its template parameters RG, row groups, and
-// MT, 16-row mma tiles a row group):
+// Four shapes of thread block run this kernel (its template parameters RG, row groups, and
+// MT, 16-row mma tiles a row group; row group rg has the tile's rows 16 MT rg .. + 16 MT - 1):
 //   RG = 2, MT = 2: the design above -- 8 warps, tiles of up to 64 rows, 64-key stages,
 //           230,400 bytes of shared memory: one thread block an SM.
 //   RG = 1, MT = 2: tiles of at most 32 rows (16 or 32 heads of one new token, 16 heads of
@@ -67,6 +67,9 @@ static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks
 //           the tile's queries in registers (kQReg: the A fragments of k-steps 0 .. 27, 112
 //           registers), loaded once an item: a stage's scores then read K from shared
 //           memory and the queries only for the last 8 k-steps.
+//   RG = 2, MT = 1: the 8-warp block, 64-key stages, with one mma tile a row group and the
+//           queries in registers, as the one above: tiles of at most 32 rows (16 heads of two
+//           new tokens, 32 heads of one).
 // On the 8-warp block a 16-row tile leaves the second row group idle at every barrier, and
 // its one row group alone does all of a stage's mma; two 4-warp blocks keep every warp busy,
 // and their stages drift apart, so one's loads and conversions overlap the other's mma.
@@ -79,7 +82,7 @@ struct BlockShape {
   // All 36 would be 144 registers: ptxas spilled 104 bytes and the fp8 kernel ran 13 to 15%
   // slower than with 28 (no spill; NOTES.md, "ch11 v5").
   static constexpr int kQRegSteps = kQReg ? 28 : 0;
-  static constexpr int kTileRows = 16 * MT * RG;                 // the most rows of a tile it takes: 64, 32, 16
+  static constexpr int kTileRows = 16 * MT * RG;                 // the most rows of a tile it takes: 64, 32, 16, 32
   static constexpr int kQRows = 32 * RG;                         // rows of Q, P and maxima it holds (4 threads a row)
   static constexpr int kStageTokens = 32 * RG;                   // latent rows a stage holds
   static constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // keys of a stage a warp scores: 16 or 8
@@ -96,11 +99,11 @@ struct BlockShape {
   static_assert(kSmemBytes <= 227 * 1024, "a thread block's shared memory on an H100");
   static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
   static_assert(kQRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
-  static_assert(MT == 2 || (MT == 1 && RG == 1), "the queries in registers: the 4-warp block only");
+  static_assert(MT == 1 || MT == 2, "one or two 16-row mma tiles a row group");
 };
 static_assert(BlockShape<2>::kTileRows == kTileRows && BlockShape<2>::kStageTokens == kStageTokens &&
                   BlockShape<2>::kThreads == 32 * kWarps && BlockShape<1>::kTileRows == kSmallTileRows &&
-                  BlockShape<1, 1>::kTileRows == kQRegTileRows,
+                  BlockShape<1, 1>::kTileRows == kQRegTileRows && BlockShape<2, 1>::kTileRows == kSmallTileRows,
               "include/pa/ch11_mla.h states the block shapes for tests and the book");
 // ANCHOR_END: block_shapes
 
@@ -167,7 +170,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   T* ps = reinterpret_cast<T*>(smem + kQBytes + kRingBytes);                   // [rows][8 chunks]
   float* maxes = reinterpret_cast<float*>(smem + kQBytes + kRingBytes + B::kPBytes);  // [rows][4]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int rg = warp / kQuarters;       // row group: rows 32 rg .. 32 rg + 31 of the tile
+  const int rg = warp / kQuarters;       // row group: rows 16 kMT rg .. 16 kMT rg + 16 kMT - 1 of the tile
   const int quarter = warp % kQuarters;  // output columns 128 quarter ..; keys kKeysPerWarp quarter .. of a stage
   const int G = a.num_q_heads;
   const int q_start = a.query_start_loc[w.seq];
@@ -175,7 +178,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   const int seq_len = a.seq_lens[w.seq];
   const int rows = ch10::tile_rows(n_new, G, w.row0);
 
-  // This lane's rows: row 32 rg + 16 mt + g + 8 r of the tile for mma tile mt < kMT and
+  // This lane's rows: row 16 kMT rg + 16 mt + g + 8 r of the tile for mma tile mt < kMT and
   // r = 0, 1: new token, head, and the position the token sits at (chapter 10's row
   // numbering); pos -1 for a row past the tile. live[mt]: the mma tile has a row of the
   // tile (16 heads of one new token fill one of the 8-warp block's four; the others skip
@@ -184,10 +187,10 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   bool live[kMT];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-    live[mt] = 32 * rg + 16 * mt < rows;
+    live[mt] = 16 * kMT * rg + 16 * mt < rows;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int local = 32 * rg + 16 * mt + g + 8 * r, row = w.row0 + local;
+      const int local = 16 * kMT * rg + 16 * mt + g + 8 * r, row = w.row0 + local;
       token[mt][r] = row / G;
       head[mt][r] = row % G;
       pos[mt][r] = local < rows ? seq_len - n_new + token[mt][r] : -1;
@@ -311,7 +314,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 
   // The running state of the lane's four rows: max and exp-sum (base 2; this lane's share of
   // the sum: its keys of its quarter, added over lanes and warps at the end), and the output
-  // o[mt][n][i]: row 32 rg + 16 mt + g + 8 (i / 2), column 128 quarter + 8 n + 2 t + i % 2.
+  // o[mt][n][i]: row 16 kMT rg + 16 mt + g + 8 (i / 2), column 128 quarter + 8 n + 2 t + i % 2.
   float o[kMT][kNTiles][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -325,7 +328,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 #pragma unroll
     for (int r = 0; r < 2; ++r) m_run[mt][r] = -INFINITY, l_run[mt][r] = 0.f;
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  const int row0 = 32 * rg;               // the row group's first row of the tile
+  const int row0 = 16 * kMT * rg;         // the row group's first row of the tile
   const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage (16 or 8 a warp)
   uint32_t qf[B::kQReg ? B::kQRegSteps : 1][4];  // kQReg: the A fragments of the tile's query rows, k-step kk at qf[kk]
 
@@ -389,9 +392,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   own position pos[mt][i / 2] (pos -1: none). Stage rows past the chunk's end hold
     //   zeros. The queries come from q_frag (above); the stage is reached only through
     //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
-    //   the tile: skipping its mma is allowed. All three block shapes (BlockShape: kJ 2 or
-    //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the block
-    //   that holds the queries in registers.
+    //   the tile: skipping its mma is allowed. All four block shapes (BlockShape: kJ 2 or
+    //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the blocks
+    //   that hold the queries in registers.
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
     //   x 8 latent rows (K^T), one mma.sync per 16 columns, 8 latent rows and 16 query rows:

@@ -34,6 +34,8 @@ inline const char* block_words(ch11::MlaBlock b) {
     case ch11::MlaBlock::four_warps: return "the 4-warp thread block (32-key stages, 8 keys a warp)";
     case ch11::MlaBlock::queries_in_registers:
       return "the 4-warp thread block that holds the queries in registers (16-row tiles, one mma tile a warp)";
+    case ch11::MlaBlock::eight_warps_queries_in_registers:
+      return "the 8-warp thread block that holds the queries in registers (32-row tiles, one mma tile a warp)";
     default: return "the runner's choice of thread block";
   }
 }

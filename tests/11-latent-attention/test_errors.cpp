@@ -48,7 +48,7 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
   EXPECT_TRUE(error_contains([&] { m.use_plan(good(), DType::fp16, plan, nullptr, {0, 1}); },
                              "MlaDecode: query_start_loc has 2 entries for 2 sequences (num_seqs + 1 expected)"));
   EXPECT_TRUE(error_contains([&] { m.use_plan(good(), DType::fp16, plan); },
-                             "MlaDecode: the 4-warp thread block needs the batch's query_start_loc"));
+                             "MlaDecode: a thread block other than 8 warps with 64-key stages needs the batch's query_start_loc"));
   // The block that holds the queries in registers takes one mma tile a warp: 16 rows.
   m.set_block(ch11::MlaBlock::queries_in_registers);
   auto decode = good();
@@ -58,6 +58,14 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
   EXPECT_TRUE(error_contains([&] { m.plan(good(), DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
                              "sequence 1's tiles have 32 rows: the 4-warp thread block that holds the queries in "
                              "registers takes at most 16"));
+  // The 8-warp block that holds the queries in registers: one mma tile a row group, 32 rows.
+  m.set_block(ch11::MlaBlock::eight_warps_queries_in_registers);
+  EXPECT_NO_THROW(m.plan(good(), DType::fp16, {5, 9}, {0, 1, 3}, 0, 4));  // 16 heads x 2 tokens
+  EXPECT_EQ(m.block(), ch11::MlaBlock::eight_warps_queries_in_registers);
+  EXPECT_EQ(m.row_groups(), 2);
+  EXPECT_TRUE(error_contains([&] { m.plan(s, DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
+                             "sequence 1's tiles have 64 rows: the 8-warp thread block that holds the queries in "
+                             "registers takes at most 32"));
   m.set_block(static_cast<ch11::MlaBlock>(7));
   EXPECT_TRUE(error_contains([&] { m.plan(decode, DType::fp16, {5, 9}, {0, 1, 2}, 0, 4); },
                              "MlaDecode: unknown MlaBlock 7"));

@@ -206,18 +206,17 @@ TEST_P(StretchFp8Mla, EqualsThe16BitKernelOnTheHostDequantizedPool) {
 }
 
 // The runner's own choice of thread block (not the student's code: a runner that stopped
-// taking a 4-warp block would pass every other test, only slower): for an fp8 pool whose
-// tiles have at most 16 rows the 4-warp block that holds the queries in registers, at most
-// 32 the 4-warp block, else 8 warps; for the same batch over a 16-bit pool, the block that
-// holds the queries in registers for tiles of at most 16 rows, else 8 warps.
-TEST(Fp8MlaBlock, SmallTilesOfAnFp8PoolRunOnFourWarps) {
+// taking a faster block would pass every other test, only slower), the same for an fp8 pool
+// and a 16-bit one: tiles of at most 16 rows on the 4-warp block that holds the queries in
+// registers, at most 32 on the 8-warp block that holds them, else 8 warps with 64-key stages.
+TEST(Fp8MlaBlock, SmallTilesRunWithTheQueriesInRegisters) {
   for (const std::string& name : golden_case_names("ch11", "fp8_mla_")) {
     const GoldenCase c = golden(name);
     with_dtype(c, [&](auto t) {
       Fp8Case<decltype(t)> m(c);
       const int rows = max_tile_rows(m.qsl, m.shape.num_q_heads);
-      const ch11::MlaBlock want = rows <= ch11::kQRegTileRows  ? ch11::MlaBlock::queries_in_registers
-                                  : rows <= ch11::kSmallTileRows ? ch11::MlaBlock::four_warps
+      const ch11::MlaBlock want = rows <= ch11::kQRegTileRows    ? ch11::MlaBlock::queries_in_registers
+                                  : rows <= ch11::kSmallTileRows ? ch11::MlaBlock::eight_warps_queries_in_registers
                                                                  : ch11::MlaBlock::eight_warps;
       ch11::MlaDecode mla;
       mla.plan(m.shape, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
@@ -226,10 +225,8 @@ TEST(Fp8MlaBlock, SmallTilesOfAnFp8PoolRunOnFourWarps) {
       ch11::MlaShape s16 = m.shape;
       s16.latent = ch11::LatentFormat::bits16;
       mla.plan(s16, dtype_of<decltype(t)>(), m.seq_lens, m.qsl);
-      const ch11::MlaBlock want16 =
-          rows <= ch11::kQRegTileRows ? ch11::MlaBlock::queries_in_registers : ch11::MlaBlock::eight_warps;
-      EXPECT_EQ(mla.block(), want16) << name << " over a 16-bit pool: tiles of at most " << rows << " rows ran on "
-                                     << block_words(mla.block()) << ", not " << block_words(want16);
+      EXPECT_EQ(mla.block(), want) << name << " over a 16-bit pool: tiles of at most " << rows << " rows ran on "
+                                   << block_words(mla.block()) << ", not " << block_words(want);
     });
   }
 }

@@ -36,12 +36,15 @@ ch10::Plan cut_mid_stage(const ch11::MlaShape& s, const std::vector<int>& seq_le
 }
 
 // The thread blocks a hand plan runs on: every block that takes the batch's tiles (8 warps
-// with 64-key stages any; 4 warps with 32-key stages those of at most 32 rows; 4 warps holding
-// the queries in registers those of at most 16).
+// with 64-key stages any; 4 warps with 32-key stages, and 8 warps holding the queries in
+// registers, those of at most 32 rows; 4 warps holding them those of at most 16).
 template <typename T>
 std::vector<ch11::MlaBlock> block_shapes(const MlaCase<T>& m) {
   std::vector<ch11::MlaBlock> blocks{ch11::MlaBlock::eight_warps};
-  if (m.max_tile_rows() <= ch11::kSmallTileRows) blocks.push_back(ch11::MlaBlock::four_warps);
+  if (m.max_tile_rows() <= ch11::kSmallTileRows) {
+    blocks.push_back(ch11::MlaBlock::four_warps);
+    blocks.push_back(ch11::MlaBlock::eight_warps_queries_in_registers);
+  }
   if (m.max_tile_rows() <= ch11::kQRegTileRows) blocks.push_back(ch11::MlaBlock::queries_in_registers);
   return blocks;
 }
