@@ -55,35 +55,40 @@ MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
     const int r = ch10::tile_rows(query_start_loc[b + 1] - query_start_loc[b], s.num_q_heads, 0);
     if (r > rows) rows = r, widest = int(b);
   }
-  if (block == MlaBlock::four_warps)
-    PA_REQUIRE(rows <= kSmallTileRows, "sequence " << widest << "'s tiles have " << rows
-                                                   << " rows: the 4-warp thread block takes at most " << kSmallTileRows);
-  if (block == MlaBlock::eight_warps_queries_in_registers)
-    PA_REQUIRE(rows <= kSmallTileRows, "sequence " << widest << "'s tiles have " << rows
-                                                   << " rows: the 8-warp thread block that holds the queries in "
-                                                      "registers takes at most " << kSmallTileRows);
-  if (block == MlaBlock::queries_in_registers)
-    PA_REQUIRE(rows <= kQRegTileRows, "sequence " << widest << "'s tiles have " << rows
-                                                  << " rows: the 4-warp thread block that holds the queries in "
-                                                     "registers takes at most " << kQRegTileRows);
+  // The forced blocks that take only small tiles: the most rows each takes.
+  struct Limit {
+    MlaBlock block;
+    int rows;
+    const char* words;
+  };
+  static constexpr Limit kLimits[] = {
+      {MlaBlock::four_warps, kSmallTileRows, "the 4-warp thread block"},
+      {MlaBlock::eight_warps_queries_in_registers, kSmallTileRows,
+       "the 8-warp thread block that holds the queries in registers"},
+      {MlaBlock::queries_in_registers, kQRegTileRows, "the 4-warp thread block that holds the queries in registers"}};
+  for (const Limit& l : kLimits)
+    if (block == l.block)
+      PA_REQUIRE(rows <= l.rows, "sequence " << widest << "'s tiles have " << rows << " rows: " << l.words
+                                             << " takes at most " << l.rows);
   if (block != MlaBlock::automatic) return block;
   if (rows <= kQRegTileRows) return MlaBlock::queries_in_registers;
   return rows <= kSmallTileRows ? MlaBlock::eight_warps_queries_in_registers : MlaBlock::eight_warps;
 }
 
+// The launch of the kernel for T, kFp8 on BlockShape<RG, MT>.
+template <typename T, bool kFp8, int RG, int MT>
+void launch_on(const MlaArgs<T>& a, int grid, cudaStream_t stream) {
+  pa::launch(kernel_for<T, kFp8, RG, MT>(), dim3(grid), dim3(BlockShape<RG, MT>::kThreads),
+             BlockShape<RG, MT>::kSmemBytes, stream, a);
+}
+
 // The launch of the kernel for T, kFp8 and the planned block shape.
 template <typename T, bool kFp8>
 void launch_mla(const MlaArgs<T>& a, MlaBlock block, int grid, cudaStream_t stream) {
-  if (block == MlaBlock::queries_in_registers)
-    pa::launch(kernel_for<T, kFp8, 1, 1>(), dim3(grid), dim3(BlockShape<1, 1>::kThreads),
-               BlockShape<1, 1>::kSmemBytes, stream, a);
-  else if (block == MlaBlock::eight_warps_queries_in_registers)
-    pa::launch(kernel_for<T, kFp8, 2, 1>(), dim3(grid), dim3(BlockShape<2, 1>::kThreads),
-               BlockShape<2, 1>::kSmemBytes, stream, a);
-  else if (block == MlaBlock::four_warps)
-    pa::launch(kernel_for<T, kFp8, 1>(), dim3(grid), dim3(BlockShape<1>::kThreads), BlockShape<1>::kSmemBytes, stream, a);
-  else
-    pa::launch(kernel_for<T, kFp8, 2>(), dim3(grid), dim3(BlockShape<2>::kThreads), BlockShape<2>::kSmemBytes, stream, a);
+  if (block == MlaBlock::queries_in_registers) launch_on<T, kFp8, 1, 1>(a, grid, stream);
+  else if (block == MlaBlock::eight_warps_queries_in_registers) launch_on<T, kFp8, 2, 1>(a, grid, stream);
+  else if (block == MlaBlock::four_warps) launch_on<T, kFp8, 1, 2>(a, grid, stream);
+  else launch_on<T, kFp8, 2, 2>(a, grid, stream);
 }
 
 void check_dtype(DType dtype) {
@@ -122,8 +127,7 @@ void MlaDecode::plan(const MlaShape& s, DType dtype, const std::vector<int>& seq
   check_latent_format(s, dtype);
   check_dtype(dtype);
   check_mla_metadata(s, {}, seq_lens, query_start_loc);
-  const MlaBlock block = block_for(block_, s, query_start_loc);
-  const int rg = block == MlaBlock::eight_warps || block == MlaBlock::eight_warps_queries_in_registers ? 2 : 1;
+  const int rg = row_groups_of(block_for(block_, s, query_start_loc));
   const int g = grid > 0 ? grid : mla_wave_size(dtype, rg);  // both 4-warp blocks: two an SM
   // Chapter 10's planner, reused: the latent rows are one KV head of h_q query heads.
   use_plan(s, dtype, ch10::make_plan(planning_shape(s), seq_lens, query_start_loc, g, chunk_tokens), stream,

@@ -195,6 +195,11 @@ ch10::VarlenShape planning_shape(const MlaShape& s);
 // throws ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
 enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers, eight_warps_queries_in_registers };
 
+// A planned block's row groups: 2 for the blocks of 8 warps, 1 for those of 4.
+inline int row_groups_of(MlaBlock block) {
+  return block == MlaBlock::eight_warps || block == MlaBlock::eight_warps_queries_in_registers ? 2 : 1;
+}
+
 // Plan once per step (chapter 10's make_plan), run once per layer.
 class MlaDecode {
  public:
@@ -234,9 +239,7 @@ class MlaDecode {
   // The thread block of the next plan() or use_plan() (MlaBlock; automatic unless set).
   void set_block(MlaBlock block) { block_ = block; }
   MlaBlock block() const { return planned_block_; }  // the planned thread block (never automatic)
-  int row_groups() const {  // 2: 8 warps, 1: 4
-    return planned_block_ == MlaBlock::eight_warps || planned_block_ == MlaBlock::eight_warps_queries_in_registers ? 2 : 1;
-  }
+  int row_groups() const { return row_groups_of(planned_block_); }  // 2: 8 warps, 1: 4
   const ch10::Plan& host_plan() const { return plan_; }
   void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
 
