@@ -12,7 +12,7 @@
 // Bytes: every sequence's whole latent context once (1,152 bytes a token) plus q and out.
 // FLOPs: 2 * (576 + 512) * h_q per (query row, key it attends), causal, exact.
 //   usage: bench_ch11 [--csv FILE] [--md FILE] [--cases FILE] [--only TEXT] [--list] [--fp8]
-//                     [--block 8|4|4q|8q]
+//                     [--block 8|4|4q|8q|8h]
 //   (--fp8: the same cases over the fp8 latent pool, 656 bytes a token read, named "... e4m3";
 //   --block: the thread block forced (MlaDecode::set_block), not the runner's choice, for
 //   measuring that choice; a case whose tiles the block cannot take prints FAILED with the
@@ -168,7 +168,8 @@ int main(int argc, char** argv) {
     else if (block_arg == "4") block = m::MlaBlock::four_warps;
     else if (block_arg == "4q") block = m::MlaBlock::queries_in_registers;
     else if (block_arg == "8q") block = m::MlaBlock::eight_warps_queries_in_registers;
-    else if (!block_arg.empty()) throw std::runtime_error("--block " + block_arg + ": 8, 4, 4q or 8q (warps; q: the queries in registers)");
+    else if (block_arg == "8h") block = m::MlaBlock::key_halves;
+    else if (!block_arg.empty()) throw std::runtime_error("--block " + block_arg + ": 8, 4, 4q, 8q or 8h (warps; q: the queries in registers; h: key halves)");
     cases = load_cases(argc, argv);
     if (fp8)
       for (Case& c : cases) c.name += " e4m3";

@@ -11,13 +11,13 @@ namespace pa::ch11 {
 namespace {
 
 // The kernel for T (kFp8: over an fp8 latent pool) on blocks of RG row groups of MT mma
-// tiles, its dynamic shared memory opted in (it is above 48 KB).
-template <typename T, bool kFp8, int RG, int MT = 2>
+// tiles (KH: on key halves), its dynamic shared memory opted in (it is above 48 KB).
+template <typename T, bool kFp8, int RG, int MT = 2, bool KH = false>
 auto kernel_for() {
-  const auto kernel = mla_decode_kernel<T, kFp8, RG, MT>;
+  const auto kernel = mla_decode_kernel<T, kFp8, RG, MT, KH>;
   PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(BlockShape<RG, MT>::kSmemBytes)));
+                                     int(BlockShape<RG, MT, KH>::kSmemBytes)));
   return kernel;
 }
 
@@ -35,12 +35,13 @@ int wave_of() {
   return std::max(1, sms) * std::max(1, per_sm);
 }
 
-// The thread block for `block` (MlaBlock; automatic: the runner's choice). A sequence's
-// largest tile is its first (chapter 10's tile_rows); without query_start_loc the tiles are
-// unknown.
+// The thread block for `block` (MlaBlock; automatic: the runner's choice, which also looks
+// at the pool's format). A sequence's largest tile is its first (chapter 10's tile_rows);
+// without query_start_loc the tiles are unknown.
 MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& query_start_loc) {
   PA_REQUIRE(block == MlaBlock::automatic || block == MlaBlock::eight_warps || block == MlaBlock::four_warps ||
-                 block == MlaBlock::queries_in_registers || block == MlaBlock::eight_warps_queries_in_registers,
+                 block == MlaBlock::queries_in_registers || block == MlaBlock::eight_warps_queries_in_registers ||
+                 block == MlaBlock::key_halves,
              "MlaDecode: unknown MlaBlock " << int(block));
   if (block == MlaBlock::eight_warps) return block;
   PA_REQUIRE(block == MlaBlock::automatic || !query_start_loc.empty(),
@@ -65,21 +66,23 @@ MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
       {MlaBlock::four_warps, kSmallTileRows, "the 4-warp thread block"},
       {MlaBlock::eight_warps_queries_in_registers, kSmallTileRows,
        "the 8-warp thread block that holds the queries in registers"},
-      {MlaBlock::queries_in_registers, kQRegTileRows, "the 4-warp thread block that holds the queries in registers"}};
+      {MlaBlock::queries_in_registers, kQRegTileRows, "the 4-warp thread block that holds the queries in registers"},
+      {MlaBlock::key_halves, kQRegTileRows, "the 8-warp thread block on key halves"}};
   for (const Limit& l : kLimits)
     if (block == l.block)
       PA_REQUIRE(rows <= l.rows, "sequence " << widest << "'s tiles have " << rows << " rows: " << l.words
                                              << " takes at most " << l.rows);
   if (block != MlaBlock::automatic) return block;
-  if (rows <= kQRegTileRows) return MlaBlock::queries_in_registers;
+  if (rows <= kQRegTileRows)
+    return s.latent == LatentFormat::fp8_e4m3 ? MlaBlock::queries_in_registers : MlaBlock::key_halves;
   return rows <= kSmallTileRows ? MlaBlock::eight_warps_queries_in_registers : MlaBlock::eight_warps;
 }
 
-// The launch of the kernel for T, kFp8 on BlockShape<RG, MT>.
-template <typename T, bool kFp8, int RG, int MT>
+// The launch of the kernel for T, kFp8 on BlockShape<RG, MT, KH>.
+template <typename T, bool kFp8, int RG, int MT, bool KH = false>
 void launch_on(const MlaArgs<T>& a, int grid, cudaStream_t stream) {
-  pa::launch(kernel_for<T, kFp8, RG, MT>(), dim3(grid), dim3(BlockShape<RG, MT>::kThreads),
-             BlockShape<RG, MT>::kSmemBytes, stream, a);
+  using B = BlockShape<RG, MT, KH>;
+  pa::launch(kernel_for<T, kFp8, RG, MT, KH>(), dim3(grid), dim3(B::kThreads), B::kSmemBytes, stream, a);
 }
 
 // The launch of the kernel for T, kFp8 and the planned block shape.
@@ -87,6 +90,7 @@ template <typename T, bool kFp8>
 void launch_mla(const MlaArgs<T>& a, MlaBlock block, int grid, cudaStream_t stream) {
   if (block == MlaBlock::queries_in_registers) launch_on<T, kFp8, 1, 1>(a, grid, stream);
   else if (block == MlaBlock::eight_warps_queries_in_registers) launch_on<T, kFp8, 2, 1>(a, grid, stream);
+  else if (block == MlaBlock::key_halves) launch_on<T, kFp8, 2, 1, true>(a, grid, stream);
   else if (block == MlaBlock::four_warps) launch_on<T, kFp8, 1, 2>(a, grid, stream);
   else launch_on<T, kFp8, 2, 2>(a, grid, stream);
 }

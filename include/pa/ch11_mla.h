@@ -185,19 +185,31 @@ void check_mla_metadata(const MlaShape& s, const std::vector<int>& block_table,
 ch10::VarlenShape planning_shape(const MlaShape& s);
 
 // The thread block the kernel runs on. automatic: for tiles of at most kQRegTileRows rows,
-// the 4-warp block that holds the queries in registers (a row costs its warps a third fewer
-// shared-memory reads: the fp8 kernel 17-22% faster on the H100, the 16-bit kernel 8-15% on
-// the H200); for tiles of at most kSmallTileRows, the 8-warp block that holds them in
+// on a 16-bit pool key_halves (8 warps holding the queries in registers, each row group on
+// half of a stage's keys, merged at the item's end: on the H200 0.86-0.99x the time of the
+// 4-warp block below), on an fp8 pool the 4-warp block that holds the queries in registers
+// (a row costs its warps a third fewer shared-memory reads: the fp8 kernel 17-22% faster on
+// the H100); for tiles of at most kSmallTileRows, the 8-warp block that holds them in
 // registers, one 16-row mma tile a row group (on the H200 0.90x the 8-warp block's time at
 // 32 rows on a 16-bit pool, 0.93-0.95x the 4-warp block's on an fp8 one); 8 warps with 64-key
 // stages otherwise. four_warps (32-key stages, two blocks an SM: the fp8 pool's 32-row tiles
 // until session 45) and the others: for tests; a batch with a larger tile than a block takes
 // throws ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
-enum class MlaBlock { automatic, eight_warps, four_warps, queries_in_registers, eight_warps_queries_in_registers };
+enum class MlaBlock {
+  automatic,
+  eight_warps,
+  four_warps,
+  queries_in_registers,
+  eight_warps_queries_in_registers,
+  key_halves
+};
 
 // A planned block's row groups: 2 for the blocks of 8 warps, 1 for those of 4.
 inline int row_groups_of(MlaBlock block) {
-  return block == MlaBlock::eight_warps || block == MlaBlock::eight_warps_queries_in_registers ? 2 : 1;
+  return block == MlaBlock::eight_warps || block == MlaBlock::eight_warps_queries_in_registers ||
+                 block == MlaBlock::key_halves
+             ? 2
+             : 1;
 }
 
 // Plan once per step (chapter 10's make_plan), run once per layer.
@@ -264,13 +276,13 @@ int mla_wave_size(DType dtype, int row_groups = 2);
 // 8 warps (2 row groups x 4 column quarters) with 64-row stages, one block an SM; tiles of at
 // most kSmallTileRows rows may also run on blocks of 4 warps (1 row group) with 32-row
 // stages, two blocks an SM, or on 8 warps holding the queries in registers (one 16-row mma
-// tile a row group), and tiles of at most kQRegTileRows on the 4-warp block holding them
-// (mla_kernel.cuh, BlockShape; MlaBlock above).
+// tile a row group), and tiles of at most kQRegTileRows on the 4-warp block holding them or
+// on the 8-warp block on key halves (mla_kernel.cuh, BlockShape; MlaBlock above).
 inline constexpr int kTileRows = ch10::kTileRows;  // 64 query rows an item
 inline constexpr int kStageTokens = 64;            // latent rows a pipeline stage holds
 inline constexpr int kWarps = 8;                   // 2 row groups x 4 column quarters
 inline constexpr int kSmallTileRows = 32;          // the tiles of the 4-warp block and of the 8-warp block that holds Q in registers
-inline constexpr int kQRegTileRows = 16;           // the tiles of the 4-warp block that holds Q in registers
+inline constexpr int kQRegTileRows = 16;           // the tiles of the 4-warp block that holds Q in registers, and of key halves
 
 // ---- In chapter 8's engine --------------------------------------------------------------
 

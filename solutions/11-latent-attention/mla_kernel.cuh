@@ -55,8 +55,9 @@ constexpr int kPChunks = 8;                         // a row of P: 64 keys' chun
 static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks in groups of 8");
 
 // ANCHOR: block_shapes
-// Four shapes of thread block run this kernel (its template parameters RG, row groups, and
-// MT, 16-row mma tiles a row group; row group rg has the tile's rows 16 MT rg .. + 16 MT - 1):
+// Five shapes of thread block run this kernel (its template parameters RG, row groups, MT,
+// 16-row mma tiles a row group, and KH, key halves; row group rg has the tile's rows
+// 16 MT rg .. + 16 MT - 1, or with KH all of them):
 //   RG = 2, MT = 2: the design above -- 8 warps, tiles of up to 64 rows, 64-key stages,
 //           230,400 bytes of shared memory: one thread block an SM.
 //   RG = 1, MT = 2: tiles of at most 32 rows (16 or 32 heads of one new token, 16 heads of
@@ -70,10 +71,14 @@ static_assert(kRowChunks % 8 == 0 && kPChunks == 8, "the swizzle permutes chunks
 //   RG = 2, MT = 1: the 8-warp block, 64-key stages, with one mma tile a row group and the
 //           queries in registers, as the one above: tiles of at most 32 rows (16 heads of two
 //           new tokens, 32 heads of one).
-// On the 8-warp block a 16-row tile leaves the second row group idle at every barrier, and
-// its one row group alone does all of a stage's mma; two 4-warp blocks keep every warp busy,
-// and their stages drift apart, so one's loads and conversions overlap the other's mma.
-template <int RG, int MT = 2>
+//   RG = 2, MT = 1, KH: the same 8-warp block for tiles of at most 16 rows, both row groups
+//           on the tile's rows and each on half of a stage's keys (row group rg: keys
+//           32 rg .. + 31, 8 a warp), with a running max, exp-sum and O of its own; at the
+//           item's end row group 1 hands its state to row group 0 through shared memory,
+//           which merges it as chapter 5 merges partitions. No warp idles, and every stage
+//           is 64 keys: on the H200 the 16-bit kernel's 16-row tiles took 0.86-0.99x the
+//           4-warp block's time (NOTES.md, "ch11 v8"); fp8 tiles stay on the 4-warp block.
+template <int RG, int MT = 2, bool KH = false>
 struct BlockShape {
   static constexpr int kThreads = 32 * kQuarters * RG;           // 256 or 128
   static constexpr int kMT = MT;                                 // 16-row mma tiles a row group
@@ -82,10 +87,11 @@ struct BlockShape {
   // All 36 would be 144 registers: ptxas spilled 104 bytes and the fp8 kernel ran 13 to 15%
   // slower than with 28 (no spill; NOTES.md, "ch11 v5").
   static constexpr int kQRegSteps = kQReg ? 28 : 0;
-  static constexpr int kTileRows = 16 * MT * RG;                 // the most rows of a tile it takes: 64, 32, 16, 32
+  static constexpr int kTileRows = KH ? 16 : 16 * MT * RG;       // the most rows of a tile it takes: 64, 32, 16, 32, 16
   static constexpr int kQRows = 32 * RG;                         // rows of Q, P and maxima it holds (4 threads a row)
   static constexpr int kStageTokens = 32 * RG;                   // latent rows a stage holds
-  static constexpr int kKeysPerWarp = kStageTokens / kQuarters;  // keys of a stage a warp scores: 16 or 8
+  static constexpr int kRowGroupKeys = KH ? kStageTokens / RG : kStageTokens;  // keys of a stage a row group attends
+  static constexpr int kKeysPerWarp = kRowGroupKeys / kQuarters;  // keys of a stage a warp scores: 16 or 8
   static constexpr int kJ = kKeysPerWarp / 8;                    // its n-tiles of scores: 2 or 1
   static constexpr size_t kQBytes = size_t(kQRows) * kRowWidth * 2;            // 73,728 or 36,864
   static constexpr size_t kStageBytes = size_t(kStageTokens) * kRowWidth * 2;  // 73,728 or 36,864
@@ -100,10 +106,12 @@ struct BlockShape {
   static_assert(kRawBytes <= kStageBytes, "a raw fp8 stage fits ring slot 1");
   static_assert(kQRows * 4 == kThreads && kStageTokens * 4 == kThreads, "4 threads a row");
   static_assert(MT == 1 || MT == 2, "one or two 16-row mma tiles a row group");
+  static_assert(!KH || (RG == 2 && MT == 1), "key halves: two row groups of one mma tile");
 };
 static_assert(BlockShape<2>::kTileRows == kTileRows && BlockShape<2>::kStageTokens == kStageTokens &&
                   BlockShape<2>::kThreads == 32 * kWarps && BlockShape<1>::kTileRows == kSmallTileRows &&
-                  BlockShape<1, 1>::kTileRows == kQRegTileRows && BlockShape<2, 1>::kTileRows == kSmallTileRows,
+                  BlockShape<1, 1>::kTileRows == kQRegTileRows && BlockShape<2, 1>::kTileRows == kSmallTileRows &&
+                  BlockShape<2, 1, true>::kTileRows == kQRegTileRows,
               "include/pa/ch11_mla.h states the block shapes for tests and the book");
 // ANCHOR_END: block_shapes
 
@@ -156,12 +164,12 @@ __device__ inline T* chunk_at(T* base, int chunks, int r, int c) {
 __device__ inline int lane_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
 __device__ inline int lane_half(int lane) { return lane >> 4; }
 
-// One work item (see ch10::WorkItem) on a block of RG row groups of MT mma tiles
-// (BlockShape<RG, MT>; the item's tile has at most kTileRows rows). Every thread of the
-// block calls it with the same item.
-template <typename T, bool kFp8 = false, int RG = 2, int MT = 2>
+// One work item (see ch10::WorkItem) on a block of RG row groups of MT mma tiles, KH: on
+// key halves (BlockShape<RG, MT, KH>; the item's tile has at most kTileRows rows). Every
+// thread of the block calls it with the same item.
+template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
-  using B = BlockShape<RG, MT>;
+  using B = BlockShape<RG, MT, KH>;
   constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens, kMT = B::kMT;
   constexpr int kKeysPerWarp = B::kKeysPerWarp, kJ = B::kJ;  // 16 keys and 2 n-tiles a warp, or 8 and 1
   constexpr size_t kQBytes = B::kQBytes, kStageBytes = B::kStageBytes, kRingBytes = B::kRingBytes;
@@ -185,12 +193,13 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   // their mma).
   int token[kMT][2], head[kMT][2], pos[kMT][2];
   bool live[kMT];
+  const int first_row = KH ? 0 : 16 * kMT * rg;  // the row group's first row of the tile (KH: both have all)
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-    live[mt] = 16 * kMT * rg + 16 * mt < rows;
+    live[mt] = first_row + 16 * mt < rows;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int local = 16 * kMT * rg + 16 * mt + g + 8 * r, row = w.row0 + local;
+      const int local = first_row + 16 * mt + g + 8 * r, row = w.row0 + local;
       token[mt][r] = row / G;
       head[mt][r] = row % G;
       pos[mt][r] = local < rows ? seq_len - n_new + token[mt][r] : -1;
@@ -284,8 +293,10 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
   (void)convert_raw;
   // The tile's queries, whole rows (zeros past the tile): committed with stage 0's group.
   {
-    const int row = w.row0 + my_row;
-    copy_row(qs, a.q + (int64_t(q_start + row / G) * G + row % G) * kRowWidth, my_row < rows);
+    // KH: rows 0-15 and 16-31 of qs both hold the tile's rows, one copy a row group.
+    const int local = KH ? (my_row < 32 ? my_row % 16 : kTileRows) : my_row;
+    const int row = w.row0 + (local < rows ? local : 0);
+    copy_row(qs, a.q + (int64_t(q_start + row / G) * G + row % G) * kRowWidth, local < rows);
   }
   // ANCHOR: load_stage
   // Stage st: latent rows kv_begin + 64 st .. of the chunk, whole (576 wide: K and V at once),
@@ -328,7 +339,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 #pragma unroll
     for (int r = 0; r < 2; ++r) m_run[mt][r] = -INFINITY, l_run[mt][r] = 0.f;
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  const int row0 = 16 * kMT * rg;         // the row group's first row of the tile
+  const int row0 = 16 * kMT * rg;         // the row group's first row of qs, P and maxima (of the tile: first_row)
   const int key0 = kKeysPerWarp * quarter;  // the warp's first key of a stage (16 or 8 a warp)
   uint32_t qf[B::kQReg ? B::kQRegSteps : 1][4];  // kQReg: the A fragments of the tile's query rows, k-step kk at qf[kk]
 
@@ -346,7 +357,10 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       issue(st + kStages - 1);
       kv = ring + (st % kStages) * kStageTokens * kRowWidth;
     }
-    const int tok0 = w.kv_begin + st * kStageTokens;
+    // The row group's keys of the stage start at its row `first_key` (KH: 32 rg), position tok0.
+    const int first_key = KH ? B::kRowGroupKeys * rg : 0;
+    kv += first_key * kRowWidth;
+    const int tok0 = w.kv_begin + st * kStageTokens + first_key;
 
     // ANCHOR: q_frag
     // q_frag(af, mt, kk): the A fragment (include/pa/mma.h) of query rows row0 + 16 mt ..
@@ -384,7 +398,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc[mt][j][i] = 0.f;
     // TODO(ch11): on return, for mt < kMT, j < kJ and i = 0 .. 3, sc[mt][j][i] is the
-    //   absorbed query of tile row row0 + 16 mt + g + 8 (i / 2) (576 values) dotted with
+    //   absorbed query of row row0 + 16 mt + g + 8 (i / 2) of qs (576 values) dotted with
     //   the stage's latent row tk = key0 + 8 j + 2 t + i % 2 (kv: 576 values), on the tensor
     //   cores (mma_16x8x16<T>), times scale_log2 -- or exactly -INFINITY if the row does
     //   not attend that key. The key sits at position kpos = tok0 + tk of the sequence; a
@@ -392,9 +406,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   own position pos[mt][i / 2] (pos -1: none). Stage rows past the chunk's end hold
     //   zeros. The queries come from q_frag (above); the stage is reached only through
     //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
-    //   the tile: skipping its mma is allowed. All four block shapes (BlockShape: kJ 2 or
+    //   the tile: skipping its mma is allowed. All five block shapes (BlockShape: kJ 2 or
     //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the blocks
-    //   that hold the queries in registers.
+    //   that hold the queries in registers; kv and tok0 are the row group's keys.
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
     //   x 8 latent rows (K^T), one mma.sync per 16 columns, 8 latent rows and 16 query rows:
@@ -523,7 +537,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     // ANCHOR: pv
     if (live[0]) {
 #pragma unroll
-      for (int u = 0; u < kStageTokens / 16; ++u) {
+      for (int u = 0; u < B::kRowGroupKeys / 16; ++u) {
         // P as the A operand of k-step u (keys 16 u .. + 15), for both mma tiles.
         uint32_t af[kMT][4];
 #pragma unroll
@@ -592,6 +606,43 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
       const float4 q4 = *reinterpret_cast<const float4*>(maxes + (row0 + 16 * mt + g + 8 * r) * kQuarters);
       l_run[mt][r] = (q4.x + q4.y) + (q4.z + q4.w);
     }
+  // ANCHOR: key_halves_merge
+  if constexpr (KH) {
+    // Row group 1 attended the other half of every stage's keys for the same rows: its lane's
+    // state (max, exp-sum, o) joins the same lane's of row group 0, through the ring (free:
+    // every warp is past the last stage), as chapter 5 merges two partitions.
+    float* xo = reinterpret_cast<float*>(smem + kQBytes);  // [kNTiles * 4][128 lanes]
+    float* xm = xo + kNTiles * 4 * 128;                     // [max, sum of r = 0, 1][128 lanes]
+    const int slot = quarter * 32 + lane;
+    if (rg == 1) {
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xo[(n * 4 + i) * 128 + slot] = o[0][n][i];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) xm[(2 * r) * 128 + slot] = m_run[0][r], xm[(2 * r + 1) * 128 + slot] = l_run[0][r];
+    }
+    __syncthreads();
+    if (rg == 0) {
+      float c0[2], c1[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m1 = xm[(2 * r) * 128 + slot], l1 = xm[(2 * r + 1) * 128 + slot];
+        const float M = fmaxf(m_run[0][r], m1), base = M == -INFINITY ? 0.f : M;
+        c0[r] = fast_exp2(m_run[0][r] - base), c1[r] = fast_exp2(m1 - base);
+        l_run[0][r] = l_run[0][r] * c0[r] + l1 * c1[r];
+        m_run[0][r] = M;
+      }
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[0][n][i] = o[0][n][i] * c0[i / 2] + xo[(n * 4 + i) * 128 + slot] * c1[i / 2];
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) pos[0][r] = -1;  // row group 0 writes the rows
+    }
+  }
+  // ANCHOR_END: key_halves_merge
 
 // ANCHOR: write_out
   // Row (mt, r) of this lane's o, divided by the row's exp-sum `sum` (0 where no key was
@@ -723,15 +774,15 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 // ANCHOR: kernel
 // Fixed grid (the plan's): thread block c runs items[k * grid + c] for k = 0, 1, ... until an
 // empty place (seq -1). RG = 2: one thread block an SM (225 KB of shared memory); RG = 1: two
-// (113 KB each; the runner takes them for an fp8 pool whose tiles have at most 32 rows, MT = 1
-// where they have at most 16: MlaBlock).
-template <typename T, bool kFp8 = false, int RG = 2, int MT = 2>
+// (113 KB each; the runner takes them, MT = 1, for an fp8 pool's tiles of at most 16 rows:
+// MlaBlock).
+template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false>
 __global__ void __launch_bounds__(BlockShape<RG, MT>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];
     if (w.seq < 0) break;
-    attend_item<T, kFp8, RG, MT>(a, w, smem);
+    attend_item<T, kFp8, RG, MT, KH>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

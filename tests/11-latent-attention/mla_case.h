@@ -36,6 +36,8 @@ inline const char* block_words(ch11::MlaBlock b) {
       return "the 4-warp thread block that holds the queries in registers (16-row tiles, one mma tile a warp)";
     case ch11::MlaBlock::eight_warps_queries_in_registers:
       return "the 8-warp thread block that holds the queries in registers (32-row tiles, one mma tile a warp)";
+    case ch11::MlaBlock::key_halves:
+      return "the 8-warp thread block on key halves (16-row tiles, each row group on half of a stage's keys)";
     default: return "the runner's choice of thread block";
   }
 }

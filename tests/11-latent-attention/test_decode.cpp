@@ -39,12 +39,16 @@ TEST_P(MlaGolden, MatchesReference) {
 }
 
 // The core test again on a forced thread block that takes tiles of at most max_rows rows
-// (a case with larger tiles is skipped).
+// (a case with larger tiles is skipped, and so is one whose runner picks that block anyway:
+// MatchesReference ran it there).
 void check_on_block(const GoldenCase& c, ch11::MlaBlock block, int max_rows) {
   with_dtype(c, [&](auto t) {
     using T = decltype(t);
     MlaCase<T> m(c);
     if (m.max_tile_rows() > max_rows) GTEST_SKIP() << "tiles of " << m.max_tile_rows() << " rows";
+    ch11::MlaDecode runner;
+    runner.plan(m.shape, dtype_of<T>(), m.seq_lens, m.qsl);
+    if (runner.block() == block) GTEST_SKIP() << "the runner's own choice: MatchesReference ran the case on it";
     const auto [atol, rtol] = tolerance_of(c);
     const std::vector<T> got = m.run(0, 1, block);
     ASSERT_EQ(m.planned_block, block);
@@ -64,7 +68,7 @@ TEST_P(MlaGolden, OnTheFourWarpBlock) {
 
 // The 4-warp block that holds the queries in registers (one 16-row mma tile a row group,
 // kMT = 1, the scores' A fragments from q_frag's registers), which takes tiles of at most 16
-// rows; the runner sends every pool's 16-row tiles there.
+// rows; the runner sends an fp8 pool's 16-row tiles there.
 TEST_P(MlaGolden, WithTheQueriesInRegisters) {
   check_on_block(golden(GetParam()), ch11::MlaBlock::queries_in_registers, ch11::kQRegTileRows);
 }
@@ -74,6 +78,16 @@ TEST_P(MlaGolden, WithTheQueriesInRegisters) {
 // rows there.
 TEST_P(MlaGolden, OnEightWarpsWithTheQueriesInRegisters) {
   check_on_block(golden(GetParam()), ch11::MlaBlock::eight_warps_queries_in_registers, ch11::kSmallTileRows);
+}
+
+// The 8-warp block on key halves (both row groups on the tile's rows, row group rg on keys
+// 32 rg .. + 31 of each stage: the scores and P V see kv and tok0 moved to the row group's
+// keys, and the two states merge at the item's end), which takes tiles of at most 16 rows;
+// the runner sends a 16-bit pool's 16-row tiles there, so this runs only the cases whose
+// runner picks another block. A row group that attends the wrong half, or a merge that drops
+// one, fails MatchesReference on every case of more than 32 keys.
+TEST_P(MlaGolden, OnKeyHalves) {
+  check_on_block(golden(GetParam()), ch11::MlaBlock::key_halves, ch11::kQRegTileRows);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch11, MlaGolden, ::testing::ValuesIn(golden_case_names("ch11", "mla_")),

@@ -66,6 +66,13 @@ TEST(MlaErrors, FourWarpBlockOnALargeTile) {
   EXPECT_TRUE(error_contains([&] { m.plan(s, DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
                              "sequence 1's tiles have 64 rows: the 8-warp thread block that holds the queries in "
                              "registers takes at most 32"));
+  // Key halves: both row groups on the same 16 rows.
+  m.set_block(ch11::MlaBlock::key_halves);
+  EXPECT_NO_THROW(m.plan(decode, DType::fp16, {5, 9}, {0, 1, 2}, 0, 4));  // 16 heads x 1 token
+  EXPECT_EQ(m.block(), ch11::MlaBlock::key_halves);
+  EXPECT_EQ(m.row_groups(), 2);
+  EXPECT_TRUE(error_contains([&] { m.plan(good(), DType::fp16, {5, 9}, {0, 1, 3}, 0, 4); },
+                             "sequence 1's tiles have 32 rows: the 8-warp thread block on key halves takes at most 16"));
   m.set_block(static_cast<ch11::MlaBlock>(7));
   EXPECT_TRUE(error_contains([&] { m.plan(decode, DType::fp16, {5, 9}, {0, 1, 2}, 0, 4); },
                              "MlaDecode: unknown MlaBlock 7"));

@@ -37,7 +37,8 @@ ch10::Plan cut_mid_stage(const ch11::MlaShape& s, const std::vector<int>& seq_le
 
 // The thread blocks a hand plan runs on: every block that takes the batch's tiles (8 warps
 // with 64-key stages any; 4 warps with 32-key stages, and 8 warps holding the queries in
-// registers, those of at most 32 rows; 4 warps holding them those of at most 16).
+// registers, those of at most 32 rows; 4 warps holding them, and 8 on key halves, those of at
+// most 16).
 template <typename T>
 std::vector<ch11::MlaBlock> block_shapes(const MlaCase<T>& m) {
   std::vector<ch11::MlaBlock> blocks{ch11::MlaBlock::eight_warps};
@@ -45,7 +46,10 @@ std::vector<ch11::MlaBlock> block_shapes(const MlaCase<T>& m) {
     blocks.push_back(ch11::MlaBlock::four_warps);
     blocks.push_back(ch11::MlaBlock::eight_warps_queries_in_registers);
   }
-  if (m.max_tile_rows() <= ch11::kQRegTileRows) blocks.push_back(ch11::MlaBlock::queries_in_registers);
+  if (m.max_tile_rows() <= ch11::kQRegTileRows) {
+    blocks.push_back(ch11::MlaBlock::queries_in_registers);
+    blocks.push_back(ch11::MlaBlock::key_halves);
+  }
   return blocks;
 }
 
