@@ -72,6 +72,10 @@ MlaBlock block_for(MlaBlock block, const MlaShape& s, const std::vector<int>& qu
     if (block == l.block)
       PA_REQUIRE(rows <= l.rows, "sequence " << widest << "'s tiles have " << rows << " rows: " << l.words
                                              << " takes at most " << l.rows);
+  // Key halves is one thread block an SM, where an fp8 pool's conversion has no other block's
+  // mma to overlap (it measured slower: NOTES.md, "ch11 v8"); the kernel is not built for it.
+  PA_REQUIRE(block != MlaBlock::key_halves || s.latent == LatentFormat::bits16,
+             "MlaDecode: the 8-warp thread block on key halves takes a 16-bit latent pool, not an fp8 one");
   if (block != MlaBlock::automatic) return block;
   if (rows <= kQRegTileRows)
     return s.latent == LatentFormat::fp8_e4m3 ? MlaBlock::queries_in_registers : MlaBlock::key_halves;
@@ -90,7 +94,9 @@ template <typename T, bool kFp8>
 void launch_mla(const MlaArgs<T>& a, MlaBlock block, int grid, cudaStream_t stream) {
   if (block == MlaBlock::queries_in_registers) launch_on<T, kFp8, 1, 1>(a, grid, stream);
   else if (block == MlaBlock::eight_warps_queries_in_registers) launch_on<T, kFp8, 2, 1>(a, grid, stream);
-  else if (block == MlaBlock::key_halves) launch_on<T, kFp8, 2, 1, true>(a, grid, stream);
+  else if (block == MlaBlock::key_halves) {
+    if constexpr (!kFp8) launch_on<T, false, 2, 1, true>(a, grid, stream);  // block_for refuses an fp8 pool
+  }
   else if (block == MlaBlock::four_warps) launch_on<T, kFp8, 1, 2>(a, grid, stream);
   else launch_on<T, kFp8, 2, 2>(a, grid, stream);
 }

@@ -187,9 +187,9 @@ ch10::VarlenShape planning_shape(const MlaShape& s);
 // The thread block the kernel runs on. automatic: for tiles of at most kQRegTileRows rows,
 // on a 16-bit pool key_halves (8 warps holding the queries in registers, each row group on
 // half of a stage's keys, merged at the item's end: on the H200 0.86-0.99x the time of the
-// 4-warp block below), on an fp8 pool the 4-warp block that holds the queries in registers
-// (a row costs its warps a third fewer shared-memory reads: the fp8 kernel 17-22% faster on
-// the H100); for tiles of at most kSmallTileRows, the 8-warp block that holds them in
+// 4-warp block below; 16-bit pools only), on an fp8 pool the 4-warp block that holds the
+// queries in registers (a row costs its warps a third fewer shared-memory reads: the fp8
+// kernel 17-22% faster on the H100); for tiles of at most kSmallTileRows, the 8-warp block that holds them in
 // registers, one 16-row mma tile a row group (on the H200 0.90x the 8-warp block's time at
 // 32 rows on a 16-bit pool, 0.93-0.95x the 4-warp block's on an fp8 one); 8 warps with 64-key
 // stages otherwise. four_warps (32-key stages, two blocks an SM: the fp8 pool's 32-row tiles

@@ -273,6 +273,16 @@ TEST(Fp8MlaErrors, APoolOfTheOtherRowWidthThanPlanned) {
                              "(1152-byte rows)"));
 }
 
+TEST(Fp8MlaErrors, KeyHalvesOnAnFp8Pool) {
+  ch11::MlaShape s{1, 1, 16, 16, 4, 2};
+  s.latent = ch11::LatentFormat::fp8_e4m3;
+  ch11::MlaDecode m;
+  m.set_block(ch11::MlaBlock::key_halves);
+  EXPECT_TRUE(error_contains([&] { m.plan(s, DType::fp16, {5}, {0, 1}, 0, 1); },
+                             "MlaDecode: the 8-warp thread block on key halves takes a 16-bit latent pool, not an "
+                             "fp8 one"));
+}
+
 TEST(Fp8MlaErrors, Fp32Queries) {
   ch11::MlaShape s{1, 1, 16, 16, 4, 2};
   s.latent = ch11::LatentFormat::fp8_e4m3;
