@@ -248,11 +248,12 @@ def test_the_second_run_stops_once_every_expect_is_matched(monkeypatch):
     assert ran == [None]
 
 
-def test_chapter_9_builds_at_O0_in_a_directory_of_its_own_unless_opt_is_given():
-    assert run_mutants.opt_of(("plain", "09"), None) == "-O0"
-    assert run_mutants.build_name(("plain", "09"), None) == "plain-O0"
-    assert run_mutants.opt_of(("plain", "10"), None) == "-O1"
-    assert run_mutants.build_name(("plain", "10"), None) == "plain"
+def test_the_heavy_kernel_chapters_build_at_O0_in_a_directory_of_their_own_unless_opt_is_given():
+    for chapter in ("08", "09", "10", "11"):
+        assert run_mutants.opt_of(("plain", chapter), None) == "-O0"
+        assert run_mutants.build_name(("plain", chapter), None) == "plain-O0"
+    assert run_mutants.opt_of(("plain", "12"), None) == "-O1"
+    assert run_mutants.build_name(("plain", "12"), None) == "plain"
     assert run_mutants.build_name(("check", "all"), None) == "check"
     assert run_mutants.opt_of(("plain", "09"), "-O2") == "-O2"
     assert run_mutants.build_name(("plain", "09"), "-O2") == "plain"
