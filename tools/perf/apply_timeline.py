@@ -3,8 +3,9 @@
 
     python3 tools/perf/apply_timeline.py ROOT      (then build ROOT with -DCMAKE_CUDA_FLAGS=-DPA_TIMELINE)
 
-Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel (start, end) and chapter
-11's mla_decode_kernel (start, first stage landed, end). One launch in 16 then prints a line
+Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel and chapter 11's
+mla_decode_kernel (start, first stage landed, end; a block's last item's first stage; chapter 10's
+decode-warp items have none: the start again). One launch in 16 then prints a line
 "TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90 max" (us from the
 first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block (its SM, and
 each item's end, tokens and split). Fails loudly if a kernel no longer has the text it marks.
@@ -26,13 +27,16 @@ mark(root, "solutions/11-latent-attention/mla_kernel.cuh", [
     ("  PA_DYNAMIC_SHARED(unsigned char, smem);\n  for (int k = 0; k < a.rounds; ++k) {",
      "  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);\n"
      "  for (int k = 0; k < a.rounds; ++k) {"),
-    ("    attend_item<T, kFp8, RG, MT>(a, w, smem);\n  }\n}",
-     '    attend_item<T, kFp8, RG, MT>(a, w, smem);\n    PA_TL_ITEM(w);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
-    ("    const int tok0 = w.kv_begin + st * kStageTokens;\n\n    // ANCHOR: q_frag",
-     "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens;\n\n"
+    ("    attend_item<T, kFp8, RG, MT, KH>(a, w, smem);\n  }\n}",
+     '    attend_item<T, kFp8, RG, MT, KH>(a, w, smem);\n    PA_TL_ITEM(w);\n  }\n  PA_TL_FINISH(kFp8 ? "ch11-fp8" : "ch11");\n}'),
+    ("    const int tok0 = w.kv_begin + st * kStageTokens + first_key;\n\n    // ANCHOR: q_frag",
+     "    if (st == 0) PA_TL_MARK(1);\n    const int tok0 = w.kv_begin + st * kStageTokens + first_key;\n\n"
      "    // ANCHOR: q_frag"),
 ])
 mark(root, "solutions/10-varlen-attention/varlen_kernel.cuh", [
+    ("      __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage\n",
+     "      __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage\n"
+     "      if (tile == 0) PA_TL_MARK(1);\n"),
     ('#include "pa/dependent_launch.h"', '#include "pa/dependent_launch.h"\n#include "pa/timeline.h"'),
     ("  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);",
      "  pa::let_dependents_start();\n  PA_DYNAMIC_SHARED(unsigned char, smem);\n  PA_TL_MARK(0);\n  PA_TL_MARK(1);"),

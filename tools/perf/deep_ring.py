@@ -8,7 +8,9 @@
 The 4-warp block (BlockShape<1>: tiles of at most 32 rows, 32-key stages) gets a ring of S
 stages instead of 2 and runs one block an SM when S > 2 (S = 5: 225,792 bytes), so S - 1
 stages (36,864 bytes each) are in flight an SM where the 8-warp block has one of 73,728.
-Fails loudly if the kernel no longer has the text it edits.
+Fails loudly if the kernel no longer has the text it edits. It marks the tree of dfc133a
+(session 43), where the experiment ran; the 4-warp block has changed since (v5-v8), so on a later
+tree it stops at its first edit: mark an export of that commit (git archive dfc133a).
 """
 import os
 import sys

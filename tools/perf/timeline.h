@@ -1,8 +1,9 @@
 // A per-block timeline of chapter 10's and chapter 11's kernels, for performance work only
 // (never in the course's build): tools/perf/apply_timeline.py copies this header into a tree
 // and marks the kernels; built with -DPA_TIMELINE, one launch in 16 prints, from the last
-// block to finish, when the blocks started, when their first stage had landed (chapter 11;
-// chapter 10: the start again) and when they ended, in us from the first block's start.
+// block to finish, when the blocks started, when their (last item's) first stage had landed
+// (chapter 10's decode-warp items: the start again) and when they ended, in us from the first
+// block's start.
 #pragma once
 #ifdef PA_TIMELINE
 #include <cstdio>
