@@ -5,7 +5,7 @@
 
 Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel and chapter 11's
 mla_decode_kernel (start, first stage landed, end; a block's last item's first stage; chapter 10's
-decode-warp items have none: the start again). One launch in 16 then prints a line
+decode-warp items have none: the start again; chapter 10's prologue steps too, in the dump). One launch in 16 then prints a line
 "TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90 max" (us from the
 first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block (its SM, and
 each item's end, tokens and split). Fails loudly if a kernel no longer has the text it marks.
@@ -34,6 +34,15 @@ mark(root, "solutions/11-latent-attention/mla_kernel.cuh", [
      "    // ANCHOR: q_frag"),
 ])
 mark(root, "solutions/10-varlen-attention/varlen_kernel.cuh", [
+    # The prologue's steps (PA_TL_AT: -DPA_TIMELINE_DUMP prints them): 3 the block's first item
+    # loaded, 4 its sequence's query_start_loc and seq_lens, 5 the first stages' table entries
+    # read and their copies issued.
+    ("    if (w.seq < 0) break;  // an empty place: the block is done\n",
+     "    if (w.seq < 0) break;  // an empty place: the block is done\n    PA_TL_AT(3, w.seq);\n"),
+    ("  const int tile_rows = ch10::tile_rows(n_new, G, w.row0);\n",
+     "  const int tile_rows = ch10::tile_rows(n_new, G, w.row0);\n  PA_TL_AT(4, seq_len + q_start + tile_rows);\n"),
+    ("      fetch(i);\n      issue(i);\n    }\n    fetch(kStages - 1);\n",
+     "      fetch(i);\n      issue(i);\n    }\n    PA_TL_AT(5, k_block[0]);\n    fetch(kStages - 1);\n"),
     ("      __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage\n",
      "      __syncthreads();  // tile's copies are visible; everyone is done with tile - 1's stage\n"
      "      if (tile == 0) PA_TL_MARK(1);\n"),

@@ -8,7 +8,7 @@
 #ifdef PA_TIMELINE
 #include <cstdio>
 namespace pa::tl {
-__device__ unsigned long long g_rec[2048][3];
+__device__ unsigned long long g_rec[2048][6];  // start, first stage, end; steps 3-5 (PA_TL_AT)
 __device__ unsigned int g_done, g_launch;
 __device__ float g_s[2048], g_f[2048], g_e[2048];  // scratch of the summary (no local frame)
 // -DPA_TIMELINE_DUMP as well: every block's own line (its SM, and each of its first 4 items'
@@ -29,7 +29,15 @@ __device__ inline void mark(int k) {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     g_sm[blockIdx.x] = sm;
     g_items[blockIdx.x] = 0;
+    g_rec[blockIdx.x][3] = g_rec[blockIdx.x][4] = g_rec[blockIdx.x][5] = 0;
   }
+}
+// Step k (3-5) of a block's prologue, once `dep` is known: the empty asm takes dep as an input,
+// so the clock is read after the load that produced it has returned (PA_TL_AT(k, value)).
+__device__ inline void at(int k, int dep) {
+  asm volatile("" ::"r"(dep));
+  if (threadIdx.x != 0 || g_rec[blockIdx.x][k] != 0) return;  // a block's first item only
+  g_rec[blockIdx.x][k] = now();
 }
 // After item k of this block: its end, tokens and (split, num_splits).
 __device__ inline void item(int kv_begin, int kv_end, int split, int num_splits) {
@@ -69,6 +77,8 @@ __device__ inline void finish(const char* tag) {
     const unsigned m = g_items[b] < 4 ? g_items[b] : 4;
     printf("TLB %s %d sm %u start %.2f first %.2f end %.2f items %u", tag, b, g_sm[b], (g_rec[b][0] - t0) * 1e-3,
            (g_rec[b][1] - t0) * 1e-3, (g_rec[b][2] - t0) * 1e-3, g_items[b]);
+    for (int k = 3; k < 6; ++k)
+      if (g_rec[b][k]) printf(" step%d %.2f", k, (g_rec[b][k] - t0) * 1e-3);
     for (unsigned k = 0; k < m; ++k)
       printf(" | %.2f %d %d/%d", (g_item_end[b][k] - t0) * 1e-3, g_item_tok[b][k], g_item_split[b][k][0],
              g_item_split[b][k][1]);
@@ -78,10 +88,12 @@ __device__ inline void finish(const char* tag) {
 }
 }  // namespace pa::tl
 #define PA_TL_MARK(k) pa::tl::mark(k)
+#define PA_TL_AT(k, dep) pa::tl::at(k, dep)
 #define PA_TL_ITEM(w) pa::tl::item((w).kv_begin, (w).kv_end, (w).split, (w).num_splits)
 #define PA_TL_FINISH(tag) pa::tl::finish(tag)
 #else
 #define PA_TL_MARK(k)
+#define PA_TL_AT(k, dep)
 #define PA_TL_ITEM(w)
 #define PA_TL_FINISH(tag)
 #endif
