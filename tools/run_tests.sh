@@ -259,7 +259,8 @@ if [ "$backend" = cpu ]; then
         # block size and 4 new tokens on twice the 64-row tiles, over 70 keys at most; the fp8
         # 64-row tiles with 4 new tokens run on fp8_mla_fp16_h64_bs16_split (1, 4 and 2 new
         # tokens); the unsplit one-block run of mla_fp16_h64_bs16_split (300 keys: the ring
-        # wraps) is mla_bf16_h128_bs32_split's in MlaGolden, and its splits still run.)
+        # wraps) is mla_bf16_h128_bs32_split's in MlaGolden (bf16, block size 32), fp16 64-row
+        # tiles on 16-token blocks run unsplit on mla_fp16_h128_bs16_s2, and its splits still run.)
         # (Chapter 10's forced splits of three prefill cases, 76 of its 340 s: the 150-token
         # chunk's case (VarlenGolden still runs it: the only case with 300 keys of prefix), the
         # bf16 D 64 chunks and the three tiles of 160 rows; forced splits of D 64 and D 128 run
