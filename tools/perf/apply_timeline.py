@@ -4,11 +4,11 @@
     python3 tools/perf/apply_timeline.py ROOT      (then build ROOT with -DCMAKE_CUDA_FLAGS=-DPA_TIMELINE)
 
 Edits ROOT in place: include/pa/timeline.h, chapter 10's varlen_kernel and chapter 11's
-mla_decode_kernel (start, first stage landed, end; a block's last item's first stage; chapter 10's
-decode-warp items have none: the start again; chapter 10's prologue steps too, in the dump). One launch in 16 then prints a line
-"TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90 max" (us from the
-first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block (its SM, and
-each item's end, tokens and split). Fails loudly if a kernel no longer has the text it marks.
+mla_decode_kernel: start, first stage landed (a block's last item's; chapter 10's decode-warp items
+have none: the start again), end, and chapter 10's prologue steps (in the dump). One launch in 16
+then prints a line "TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90
+max" (us from the first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block
+(its SM, each item's end, tokens and split, and the steps). Fails loudly if a kernel no longer has the text it marks.
 """
 import os
 import shutil
