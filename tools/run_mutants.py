@@ -176,8 +176,8 @@ def configure(tree, build_dir, mode, python, opt, log, shared=False):
     cmd = ["cmake", "-S", str(tree), "-B", str(build_dir), *gen, "-DPA_BACKEND=cpu",
            f"-DPA_PYTHON={python}", "-DCMAKE_BUILD_TYPE=Release",
            # -O1: each mutant recompiles a kernel file; -O1 compiles about 1.5x faster than
-           # the default -O3 and the small test shapes still run in seconds. (None: CMake's
-           # own Release flags, for checked mode: opt_of.)
+           # -O3 (the main build's -O2: CMakeLists.txt) and the small test shapes still run in
+           # seconds. (None: CMake's own Release flags, for checked mode: opt_of.)
            f"-DCMAKE_CXX_FLAGS_RELEASE={opt} -DNDEBUG" if opt and not shared else "-UCMAKE_CXX_FLAGS_RELEASE",
            # Given every time: a build directory configured the other way takes this one's.
            "-DCMAKE_CXX_COMPILER_LAUNCHER=" + ";".join(
@@ -391,7 +391,7 @@ def build_name(key, opt, shared=False):
 
 
 def shares_main_objects(opt):
-    """Whether the plain builds take the main build's objects (make test's build/cpu, -O3)
+    """Whether the plain builds take the main build's objects (make test's build/cpu, -O2)
     from ccache rather than compiling every chapter again at -O1 (chapter 9: -O0): when
     ccache is the launcher (.ci/run sets it) and no --opt is given. Their first build is
     then cache hits (about 200 s of CI's 2 cores went to those builds); a mutant's rebuild
