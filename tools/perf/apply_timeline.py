@@ -8,7 +8,8 @@ mla_decode_kernel: start, first stage landed (a block's last item's; chapter 10'
 have none: the start again), end, and chapter 10's prologue steps (in the dump). One launch in 16
 then prints a line "TL <kernel> grid N | start ... | first stage ready ... | end min p10 p50 p90
 max" (us from the first block's start); with -DPA_TIMELINE_DUMP too, then one "TLB" line a block
-(its SM, each item's end, tokens and split, and the steps). Fails loudly if a kernel no longer has the text it marks.
+(its SM, each item's end, tokens and split, and the steps). Fails loudly if a kernel no longer has
+the text it marks.
 """
 import os
 import shutil
