@@ -2,7 +2,8 @@
 // decodes, speculative-decoding verifications and prefill chunks), against the read
 // ceiling measured in the same run. fp16 activations, block_size 16, physical blocks
 // randomly permuted, pools rotated so that the working set is at least 10x the L2 cache,
-// random data; every call timed on the GPU alone, queued behind a spin (median_ms_queued).
+// random data; every call timed on the GPU alone, queued behind a spin (median_ms_queued);
+// all-decode cases also print chapter 10's time per call over 20 launches back to back.
 //
 // Cases (bench/bench_flashinfer.py runs FlashInfer and PyTorch on the same ones, by the
 // same names; keep the two lists in step):
@@ -457,6 +458,11 @@ int main(int argc, char** argv) {
             fail("MISMATCH: ch10 varlen " + c.name + " disagrees with " + against + " (error " +
                  std::to_string(err) + ")");
           add("ch10 varlen", pa::bench::median_ms_queued(run10));
+          if (c.all_decode())  // as a model's layers call it: each launch placed behind the last
+            std::printf("  ch10 varlen back to back: %.1f us per call\n",
+                        1e3 * pa::bench::median_ms([&](int i) {
+                          for (int j = 0; j < 20; ++j) run10(20 * i + j);
+                        }) / 20);
           if (bytes < 64e6)  // a short step: what one launch that reads this much costs
             std::printf("  the read kernel over the same %.1f MB: %.1f us\n", bytes / 1e6,
                         pa::bench::read_floor_us(size_t(bytes)));

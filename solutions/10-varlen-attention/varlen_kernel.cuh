@@ -14,8 +14,8 @@
 //   O += P V     P goes from S's accumulators straight into A registers: the token order
 //                inside each 16-token half of a stage makes lane t hold tokens 4t .. 4t+3.
 //
-// A tile of at most 32 rows (a short verification, an MQA decode) has the warps share its
-// rows and split each stage's tokens. A decode item (one new token, at most 8 query heads)
+// A tile of at most 16 rows (a short verification) has the warps share its rows and split
+// each stage's tokens. A decode item (one new token, at most 8 query heads)
 // takes chapter 9's warps instead (decode_warps.cuh): each warp streams its own slots, with
 // K Q^T on the tensor cores. All three end in the same merge and the same writes. A short
 // decode tile can also be a warp item: one warp runs it alone, beside three others.
@@ -95,11 +95,17 @@ constexpr int kNoRow = 0x7fffffff;  // the position of a row past the tile, for 
 template <int D>
 inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
 
+// A tile of at most kSplitTokenRows rows splits its tokens among the warps. 16: an MQA
+// decode's 32 rows run on two warps that each attend every token (the other two compute
+// rows past the tile, which no one reads), about 6% faster on the H200 than 32, where they
+// went to pairs of warps sharing the tokens (NOTES.md, session 50).
+constexpr int kSplitTokenRows = 16;
+
 // One work item (see WorkItem). Every thread of the block calls it with the same item.
 // Two ways to share the work among the four warps:
-//   rows    a tile of more than 32 rows: warp w owns rows 16 w .. 16 w + 15 and attends to
-//           every token of every stage;
-//   tokens  a tile of at most 32 rows (short verifications, MQA decodes): its one or two
+//   rows    a tile of more than kSplitTokenRows rows: warp w owns rows 16 w .. 16 w + 15 and
+//           attends to every token of every stage;
+//   tokens  a tile of at most kSplitTokenRows rows (short verifications): its one or two
 //           groups of 16 rows have four or two warps each, which share out the 16-token
 //           halves of every stage (one a warp; two consecutive ones a warp of a pair); the
 //           states of a group's warps are merged at the end, as chapter 4's warps did.
@@ -121,9 +127,10 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int tile_rows = ch10::tile_rows(n_new, G, w.row0);
   // At most kDecodeRows heads: chapter 9's warps (they know a window, but no soft-cap).
   const bool decode = decode_tile(n_new, G) && (!Mask::kSoftCap || policy.decode_warps_ok());
-  const bool split_tokens = !decode && tile_rows <= 32;
-  // split_tokens over 16 rows: two row groups, warps 0 and 2 on rows 0 .. 15, 1 and 3 on
-  // 16 .. 31 (flags, not counts: registers live through the loop cost prefill).
+  const bool split_tokens = !decode && tile_rows <= kSplitTokenRows;
+  // split_tokens over 16 rows (kSplitTokenRows 32): two row groups, warps 0 and 2 on rows
+  // 0 .. 15, 1 and 3 on 16 .. 31 (flags, not counts: registers live through the loop cost
+  // prefill).
   const bool pairs = tile_rows > 16;
   const int row_warp = decode ? 0 : split_tokens ? (pairs ? warp & 1 : 0) : warp;  // whose 16 rows
 
