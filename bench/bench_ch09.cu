@@ -60,14 +60,12 @@ int main(int argc, char** argv) {
           best16 = std::min(best16, ms);
           if (ver == Version::tensor_core)  // the other way to time it, for comparison
             std::printf("%s tensor_core: %.1f us timed alone, %.1f us per call back to back\n",
-                        shape.c_str(), ms * 1e3, 1e3 * pa::bench::median_ms([&](int i) {
-                          for (int j = 0; j < 20; ++j) {
-                            const int c = (20 * i + j) % copies;
-                            pa::ch09::decode<pa::half>(ver, s, out.get(), q.get(), k[c].get(),
-                                                       v[c].get(), d_table.get(), lens.get(),
-                                                       sh.l, scale, ws);
-                          }
-                        }) / 20);
+                        shape.c_str(), ms * 1e3, 1e3 * pa::bench::per_call_back_to_back_ms([&](int i) {
+                          const int c = i % copies;
+                          pa::ch09::decode<pa::half>(ver, s, out.get(), q.get(), k[c].get(),
+                                                     v[c].get(), d_table.get(), lens.get(), sh.l,
+                                                     scale, ws);
+                        }));
         }
         // The planner's choice against forced partition counts.
         std::printf("%s partitions sweep (tensor_core, us):", shape.c_str());

@@ -460,9 +460,7 @@ int main(int argc, char** argv) {
           add("ch10 varlen", pa::bench::median_ms_queued(run10));
           if (c.all_decode())  // as a model's layers call it: each launch placed behind the last
             std::printf("  ch10 varlen back to back: %.1f us per call\n",
-                        1e3 * pa::bench::median_ms([&](int i) {
-                          for (int j = 0; j < 20; ++j) run10(20 * i + j);
-                        }) / 20);
+                        1e3 * pa::bench::per_call_back_to_back_ms(run10));
           if (bytes < 64e6)  // a short step: what one launch that reads this much costs
             std::printf("  the read kernel over the same %.1f MB: %.1f us\n", bytes / 1e6,
                         pa::bench::read_floor_us(size_t(bytes)));

@@ -81,6 +81,12 @@ double median_ms_queued(const std::function<void(int)>& fn, int warmup, int reps
   return median_of_runs(fn, warmup, reps, 100LL * khz / 1000);  // about 100 us
 }
 
+double per_call_back_to_back_ms(const std::function<void(int)>& fn, int calls) {
+  return median_ms([&](int i) {
+           for (int j = 0; j < calls; ++j) fn(calls * i + j);
+         }) / calls;
+}
+
 // Four independent 16-byte loads in flight per thread per iteration; the XOR keeps the
 // loads from being optimised away and is written only in the impossible case.
 __global__ void read_kernel(const uint4* __restrict__ p, size_t n, uint4* sink) {

@@ -25,6 +25,10 @@ double median_ms(const std::function<void(int)>& fn, int warmup = 5, int reps = 
 // serving loop or a CUDA graph sees a kernel; bench_torch.py times PyTorch the same way.
 double median_ms_queued(const std::function<void(int)>& fn, int warmup = 5, int reps = 30);
 
+// Milliseconds per call of `calls` calls fn(i) queued back to back (median_ms of the batch,
+// / calls): as a model's layers call a kernel, each launch placed behind the last.
+double per_call_back_to_back_ms(const std::function<void(int)>& fn, int calls = 20);
+
 // The course's standard decode shapes (fp16, D = 128): query heads, KV heads, batch,
 // context length. Four long ones and the short-context case.
 struct Shape {
