@@ -80,6 +80,10 @@ results="$build/$target.results"
         print line
         fflush()
     }
+    # A skipped test says why ("file:line: Skipped", then its reason): counted, not shown.
+    /^\[/                               { skipping = 0 }
+    !done && /: Skipped$/               { skipping = 1; next }
+    skipping                            { next }
     /^$/                                { blank = 1; next }
     /^\[ RUN      \] /                  { running = substr($0, 14); started++; blank = 0; next }
     /^\[       OK \] /                  { passed++; record("OK"); running = ""; blank = 0; next }

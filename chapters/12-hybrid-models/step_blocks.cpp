@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/12-hybrid-models/step_blocks.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 12, stretch exercise 4: the exact blocks of a step with sliding windows.
+// Chapter 12, stretch exercise 6: the exact blocks of a step with sliding windows.
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>

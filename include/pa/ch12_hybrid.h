@@ -51,7 +51,7 @@ int first_needed_block(const LayerGroup& group, int next_pos, int block_size);
 // ANCHOR_END: first_needed_block
 
 // ANCHOR: prefix_hit
-// Stretch exercise 3. Prefix caching per group type: the longest prefix, in whole blocks,
+// Stretch exercise 5. Prefix caching per group type: the longest prefix, in whole blocks,
 // that every group can serve from its cache. cached[g][i]: block i of the prefix is cached
 // in group g. At most max_blocks, and at most the shortest cached[g].
 int prefix_hit_blocks(const std::vector<LayerGroup>& groups, const std::vector<std::vector<bool>>& cached,

@@ -17,9 +17,10 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // below is compile-time off, so the default kernel does no extra work per score. A later
 // chapter supplies its own type with the same members (chapter 12: a sliding window,
 // attention sinks and a logit soft-cap) and turns on what it needs:
-//   kWindow   a row at position pos sees no key before first_key(pos) (>= 0, never past
-//             pos): the kernel skips the stages left of its tile's first row's first key, and
-//             hides, beyond chapter 10's mask, every key with !sees(kpos, pos);
+//   kWindow   a row at position pos sees no key before first_key(pos) (never past pos; 0
+//             or negative where the window reaches before the sequence's start): the kernel
+//             skips the stages left of its tile's first row's first key, and hides, beyond
+//             chapter 10's mask, every key with !sees(kpos, pos);
 //   kSoftCap  every raw score q.k passes through cap_raw() before the mask (Gemma 2);
 //   kSinks    fold_sink() adds a row's sink to its softmax state once (split 0 of the row).
 // Decode tiles run on chapter 9's warps (decode_warps, which know a window) unless

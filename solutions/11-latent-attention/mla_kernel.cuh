@@ -1,5 +1,5 @@
-// Chapter 11, exercises 3 and 4 of 4 (the scores; P V) and the stretch exercise (the merge of
-// split tiles): the absorbed MLA decode kernel. Chapter 10's varlen kernel, wider: one
+// Chapter 11, exercises 3 and 4 (the scores; P V) and stretch exercises 5 and 6 (an fp8
+// stage's conversion; the merge of split tiles): the absorbed MLA decode kernel. Chapter 10's varlen kernel, wider: one
 // thread block runs the work items chapter 10's planner dealt it, one after another; an item
 // is a tile of 64 query rows (row i * h_q + h: new token i, head h) of one sequence over a
 // chunk of its latent rows.

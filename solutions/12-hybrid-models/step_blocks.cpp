@@ -1,4 +1,4 @@
-// Chapter 12, stretch exercise 4: the exact blocks of a step with sliding windows.
+// Chapter 12, stretch exercise 6: the exact blocks of a step with sliding windows.
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>

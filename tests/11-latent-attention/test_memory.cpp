@@ -55,7 +55,8 @@ TEST(LatentMemory, AgreesWithChapter3AndDoesNotOverflow) {
     const int64_t huge = int64_t(1) << 62;
     const auto h = ch11::latent_cache_cost(trace, 61, bs, 2, huge);
     EXPECT_EQ(h.seqs_in_budget, ch03::paged_memory_report(trace, same, bs, huge).paged_seqs_in_budget)
-        << "block_size " << bs << ", budget 2^62: budget * n must not overflow";
+        << "block_size " << bs << ", budget 2^62: the sequences that fit, as chapter 3 counts them"
+        << " (at this budget, budget * n must not overflow either)";
     EXPECT_EQ(h.blocks_in_budget, huge / (int64_t(bs) * 61 * 1152));
   }
   // MLA fits 3.6x the sequences of GQA-8 and 57x those of MHA: the point of the chapter.

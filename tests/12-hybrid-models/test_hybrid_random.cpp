@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <random>
 #include <set>
@@ -153,113 +154,119 @@ void run_random(bool check_steps) {
       s.length += n;
       return true;
     };
-    for (int step = 0; step < 4000; ++step) {
-      int op = int(rng() % 12);
-      if (op >= 4 && m.num_free() < 16 && rng() % 3 == 0) op = 2;  // make room now and then
-      std::string what;
-      const int free_before = m.num_free();
-      struct {
-        bool checked;
-        int planned, most, start;
-        bool all;
-      } plan = {false, 0, 0, 0, false};
-      if (model.empty() || op == 0) {
-        const int id = new_id();
-        what = "add_sequence(seq " + std::to_string(id) + ")";
-        ops.push_back(what);
-        m.add_sequence(id);
-        model[id] = ModelSeq{0, 0, std::vector<std::vector<int64_t>>(groups.size())};
-      } else if (op == 1 && model.size() < 10) {
-        const int parent = pick(), child = new_id();
-        what = "fork(seq " + std::to_string(parent) + " -> seq " + std::to_string(child) + ")";
-        ops.push_back(what);
-        m.fork(parent, child);
-        model[child] = model[parent];
-      } else if (op == 2) {
-        const int id = pick();
-        what = "release(seq " + std::to_string(id) + ")";
-        ops.push_back(what);
-        m.release(id);
-        model.erase(id);
-        released.insert(id);
-      } else if (op == 3) {
-        const int id = pick();
-        what = "free_dead_blocks(seq " + std::to_string(id) + ")";
-        ops.push_back(what);
-        m.free_dead_blocks(id);
-        model[id].freed_at = model[id].length;
-      } else if (op == 7) {
-        // Swapped out and back: released, then restored at its length with fresh blocks for
-        // what its queries can still see (the caller copies the K/V back).
-        const int id = pick(), len = model[id].length;
-        what = "swap out and in(seq " + std::to_string(id) + ", " + std::to_string(len) + " tokens)";
-        ops.push_back(what);
-        m.release(id);
-        try {
-          m.restore(id, len);
-        } catch (const pa::ch02::OutOfBlocks&) {
-          ops.back() += " (out of blocks: stays swapped out)";
+    // A refusal (pa::Error) inside an operation fails the test with the operations that led to it.
+    try {
+      for (int step = 0; step < 4000; ++step) {
+        int op = int(rng() % 12);
+        if (op >= 4 && m.num_free() < 16 && rng() % 3 == 0) op = 2;  // make room now and then
+        std::string what;
+        const int free_before = m.num_free();
+        struct {
+          bool checked;
+          int planned, most, start;
+          bool all;
+        } plan = {false, 0, 0, 0, false};
+        if (model.empty() || op == 0) {
+          const int id = new_id();
+          what = "add_sequence(seq " + std::to_string(id) + ")";
+          ops.push_back(what);
+          m.add_sequence(id);
+          model[id] = ModelSeq{0, 0, std::vector<std::vector<int64_t>>(groups.size())};
+        } else if (op == 1 && model.size() < 10) {
+          const int parent = pick(), child = new_id();
+          what = "fork(seq " + std::to_string(parent) + " -> seq " + std::to_string(child) + ")";
+          ops.push_back(what);
+          m.fork(parent, child);
+          model[child] = model[parent];
+        } else if (op == 2) {
+          const int id = pick();
+          what = "release(seq " + std::to_string(id) + ")";
+          ops.push_back(what);
+          m.release(id);
           model.erase(id);
           released.insert(id);
-        }
-        if (model.count(id)) {
-          ModelSeq& s = model[id];
-          s.freed_at = len;
-          for (size_t g = 0; g < groups.size(); ++g) {
-            const auto& table = m.block_list(int(g), id);
-            for (int p = 0; p < len; ++p)
-              if (table[size_t(p / bs)] != kNullBlock) s.slots[g][size_t(p)] = int64_t(table[size_t(p / bs)]) * bs + p % bs;
+        } else if (op == 3) {
+          const int id = pick();
+          what = "free_dead_blocks(seq " + std::to_string(id) + ")";
+          ops.push_back(what);
+          m.free_dead_blocks(id);
+          model[id].freed_at = model[id].length;
+        } else if (op == 7) {
+          // Swapped out and back: released, then restored at its length with fresh blocks for
+          // what its queries can still see (the caller copies the K/V back).
+          const int id = pick(), len = model[id].length;
+          what = "swap out and in(seq " + std::to_string(id) + ", " + std::to_string(len) + " tokens)";
+          ops.push_back(what);
+          m.release(id);
+          try {
+            m.restore(id, len);
+          } catch (const pa::ch02::OutOfBlocks&) {
+            ops.back() += " (out of blocks: stays swapped out)";
+            model.erase(id);
+            released.insert(id);
           }
-        }
-      } else if (op <= 6) {
-        // A step of several sequences: step_blocks must be exactly the free blocks it needs.
-        std::vector<int> ids, ns;
-        for (const auto& [id, s] : model)
-          if (rng() % 2 == 0) {
-            ids.push_back(id);
-            ns.push_back(sizes[rng() % 9]);
+          if (model.count(id)) {
+            ModelSeq& s = model[id];
+            s.freed_at = len;
+            for (size_t g = 0; g < groups.size(); ++g) {
+              const auto& table = m.block_list(int(g), id);
+              for (int p = 0; p < len; ++p)
+                if (table[size_t(p / bs)] != kNullBlock) s.slots[g][size_t(p)] = int64_t(table[size_t(p / bs)]) * bs + p % bs;
+            }
           }
-        if (ids.empty()) continue;
-        what = "a step of";
-        for (size_t i = 0; i < ids.size(); ++i)
-          what += " append_slots(seq " + std::to_string(ids[i]) + ", " + std::to_string(ns[i]) + ")";
-        ops.push_back(what);
-        SCOPED_TRACE(last_ops(ops));
-        const int planned = check_steps ? m.step_blocks(ids, ns) : 0, start = m.num_free();
-        int most = 0;
-        bool all = true;
-        for (size_t i = 0; i < ids.size() && all; ++i) {
-          all = append(ids[i], ns[i]);
-          if (all) most = std::max(most, start - m.num_free());
-        }
-        // Checked after the state (below), so that a wrong state is named first.
-        plan = {true, planned, most, start, all};
-      } else {
-        const int id = pick(), n = sizes[rng() % 9];
-        what = "append_slots(seq " + std::to_string(id) + ", " + std::to_string(n) + ")";
-        ops.push_back(what);
-        SCOPED_TRACE(last_ops(ops));
-        const int planned = check_steps ? m.step_blocks({id}, {n}) : 0, start = m.num_free();
-        const bool ok = append(id, n);
-        plan = {true, planned, ok ? std::max(0, start - m.num_free()) : -1, start, ok};
-        if (!ok) ops.back() += " (out of blocks: nothing changes)";
-      }
-      frees_to_null += m.num_free() > free_before;
-      SCOPED_TRACE(last_ops(ops));
-      SCOPED_TRACE("block_size " + std::to_string(bs) + ", after operation " + std::to_string(ops.size() - 1) +
-                   ": " + ops.back());
-      check_all(m, groups, model, released);
-      if (::testing::Test::HasFatalFailure() || ::testing::Test::HasNonfatalFailure()) return;
-      if (check_steps && plan.checked) {
-        if (plan.all) {
-          ASSERT_EQ(plan.planned, plan.most) << "step_blocks said " << plan.planned << " free blocks, the step took at most "
-                                             << plan.most << " beyond the " << plan.start << " free at its start";
-          ++steps_checked;
+        } else if (op <= 6) {
+          // A step of several sequences: step_blocks must be exactly the free blocks it needs.
+          std::vector<int> ids, ns;
+          for (const auto& [id, s] : model)
+            if (rng() % 2 == 0) {
+              ids.push_back(id);
+              ns.push_back(sizes[rng() % 9]);
+            }
+          if (ids.empty()) continue;
+          what = "a step of";
+          for (size_t i = 0; i < ids.size(); ++i)
+            what += " append_slots(seq " + std::to_string(ids[i]) + ", " + std::to_string(ns[i]) + ")";
+          ops.push_back(what);
+          SCOPED_TRACE(last_ops(ops));
+          const int planned = check_steps ? m.step_blocks(ids, ns) : 0, start = m.num_free();
+          int most = 0;
+          bool all = true;
+          for (size_t i = 0; i < ids.size() && all; ++i) {
+            all = append(ids[i], ns[i]);
+            if (all) most = std::max(most, start - m.num_free());
+          }
+          // Checked after the state (below), so that a wrong state is named first.
+          plan = {true, planned, most, start, all};
         } else {
-          ASSERT_GT(plan.planned, plan.start) << "step_blocks said " << plan.planned << " blocks would do, "
-                                              << plan.start << " were free, and an append ran out";
+          const int id = pick(), n = sizes[rng() % 9];
+          what = "append_slots(seq " + std::to_string(id) + ", " + std::to_string(n) + ")";
+          ops.push_back(what);
+          SCOPED_TRACE(last_ops(ops));
+          const int planned = check_steps ? m.step_blocks({id}, {n}) : 0, start = m.num_free();
+          const bool ok = append(id, n);
+          plan = {true, planned, ok ? std::max(0, start - m.num_free()) : -1, start, ok};
+          if (!ok) ops.back() += " (out of blocks: nothing changes)";
+        }
+        frees_to_null += m.num_free() > free_before;
+        SCOPED_TRACE(last_ops(ops));
+        SCOPED_TRACE("block_size " + std::to_string(bs) + ", after operation " + std::to_string(ops.size() - 1) +
+                     ": " + ops.back());
+        check_all(m, groups, model, released);
+        if (::testing::Test::HasFatalFailure() || ::testing::Test::HasNonfatalFailure()) return;
+        if (check_steps && plan.checked) {
+          if (plan.all) {
+            ASSERT_EQ(plan.planned, plan.most) << "step_blocks said " << plan.planned << " free blocks, the step took at most "
+                                               << plan.most << " beyond the " << plan.start << " free at its start";
+            ++steps_checked;
+          } else {
+            ASSERT_GT(plan.planned, plan.start) << "step_blocks said " << plan.planned << " blocks would do, "
+                                                << plan.start << " were free, and an append ran out";
+          }
         }
       }
+    } catch (const std::exception& e) {
+      FAIL() << "block_size " << bs << ", operation " << int(ops.size()) - 1 << " (" << (ops.empty() ? "" : ops.back())
+             << ") threw: " << e.what() << "\n" << last_ops(ops);
     }
     for (const auto& [id, s] : model) m.release(id);
     EXPECT_EQ(m.num_free(), num_blocks - 1) << "every block but the null one must be back";

@@ -1,5 +1,5 @@
 // Named dimensions, so that a failing test says "sequence 2, head 5, d 17" instead of
-// "index 1297", and which sequences, heads, ... fail: "failing sequences: 1, 3-5 of 8".
+// "index 1297", and which sequences, heads, ... fail: "failing sequences: 1, 3-5 (of 0-7)".
 #pragma once
 
 #include <algorithm>
@@ -69,7 +69,7 @@ inline std::string where(const Dims& dims, int64_t i) {
   return os.str();
 }
 
-// Index runs, compressed: "1, 3-5 of 8", "all 32", "all but 0 of 8" (whichever is shorter).
+// Index runs, compressed: "1, 3-5 (of 0-7)", "all 32", "all but 0 (of 0-7)" (whichever is shorter).
 inline std::string index_ranges(const std::vector<bool>& hit) {
   const int64_t n = int64_t(hit.size());
   auto runs_of = [&](bool value) {
@@ -93,7 +93,7 @@ inline std::string index_ranges(const std::vector<bool>& hit) {
     if (runs[r].second > runs[r].first) os << "-" << runs[r].second;
   }
   if (runs.size() > kShown) os << ", ... (" << runs.size() << " runs)";
-  os << " of " << n;
+  os << " (of 0-" << n - 1 << ")";  // indices, not a count: "2 (of 0-7)" is head 2
   return os.str();
 }
 
@@ -111,7 +111,7 @@ class Failures {
   }
   size_t count() const { return count_; }
   int64_t first() const { return first_; }
-  // "failing sequences: 1, 3-5 of 8; failing heads: all 32; failing d: all 128"
+  // "failing sequences: 1, 3-5 (of 0-7); failing heads: all 32; failing d: all 128"
   std::string summary() const {
     std::ostringstream os;
     for (size_t a = 0; a < hit_.size(); ++a) {
