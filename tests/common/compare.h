@@ -131,6 +131,26 @@ template <typename G>
   return all_close(got, want, flat_dims(got.size()), atol, rtol);
 }
 
+// A request's logits, one row a generated token, against the reference's, in order: the
+// first token whose row differs fails, named by its index. The later ones are not compared
+// (a wrong token changes every step after it, and a failure a token would bury the first).
+template <typename G, typename W>
+::testing::AssertionResult generated_logits_close(const std::vector<std::vector<G>>& got,
+                                                  const std::vector<std::vector<W>>& want, double atol,
+                                                  double rtol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << got.size() << " generated tokens' logits, want " << want.size();
+  for (size_t t = 0; t < want.size(); ++t) {
+    const std::vector<double> w(want[t].begin(), want[t].end());
+    const ::testing::AssertionResult r = all_close(got[t], w, {{"logit", int64_t(w.size())}}, atol, rtol);
+    if (!r)
+      return ::testing::AssertionFailure() << "generated token " << t
+                                           << " (the first wrong one; later tokens are not compared): "
+                                           << r.message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // ---- Exact: data movement, and outputs that must not change ----------------------------
 
 // Bit for bit (so a NaN matches only the same NaN, and -0 differs from 0). `untouched` is
