@@ -144,7 +144,8 @@ struct TensorCoreMath {
     for (int t0 = 0; t0 < BS && t0 < valid; t0 += 16)
       attend_tile_tc<C, D, BS, true>(k_blk, v_blk, t0, valid, score_scale, q_frag, p_s, st, low);
   }
-  __device__ void store(const State& st, float* s_acc, float* s_m, float* s_l) {
+  // stride: floats from one head's acc to the next (chapter 10 pads its rows).
+  __device__ void store(const State& st, float* s_acc, float* s_m, float* s_l, int stride = D) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     for (int j = 0; j < 2; ++j)
       if (g == 0 && 2 * t + j < GQ) {
@@ -154,7 +155,7 @@ struct TensorCoreMath {
     for (int M = 0; M < D / 16; ++M)
       for (int i = 0; i < 4; ++i) {
         const int head = 2 * t + i % 2;
-        if (head < GQ) s_acc[head * D + 16 * M + g + 8 * (i / 2)] = st.o[M][i];
+        if (head < GQ) s_acc[head * stride + 16 * M + g + 8 * (i / 2)] = st.o[M][i];
       }
   }
 };

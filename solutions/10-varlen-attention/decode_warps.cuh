@@ -32,6 +32,13 @@ struct DecodeRing {
 };
 // ANCHOR_END: decode_ring
 
+// The warps' states after an item whose tokens they split: o [warp][16 rows][kStateStride],
+// then m and l [warp][16 rows] (floats). A row is D floats and 8 of padding: D alone is a
+// multiple of 32 banks, so the 8 rows g of a fragment would share banks; 8 more floats put
+// rows g and g + 1 eight banks apart, and a warp's 8-byte accesses run at full width.
+template <int D>
+inline constexpr int kStateStride = D + 8;
+
 // The tensor-core math of a decode item: chapter 9's, 16 tokens x 8 heads per mma.
 template <typename T, typename C, int D>
 using DecodeMath = ch09::TensorCoreMath<T, C, D, 16, kDecodeRows>;
@@ -139,7 +146,8 @@ __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q
   typename DecodeMath<T, C, D>::State st;
   stream_slots<T, C, D, kSlots, kWindow>(a, w, q_start, rows, warp, kWarps, smem, st, first);
   __syncthreads();  // every warp is done with its ring: the states go where the rings were
-  DecodeMath<T, C, D>{}.store(st, so + warp * 16 * D, sm + warp * 16, sl + warp * 16);
+  DecodeMath<T, C, D>{}.store(st, so + warp * 16 * kStateStride<D>, sm + warp * 16, sl + warp * 16,
+                              kStateStride<D>);
   __syncwarp();
   if (lane < rows) sm[warp * 16 + lane] *= 1.4426950408889634f;  // base e -> base 2
 }

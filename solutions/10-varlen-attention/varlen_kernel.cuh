@@ -90,10 +90,10 @@ constexpr size_t smem_bytes() { return ring_bytes<C, D>() + kWarps * sizeof(int)
 
 constexpr int kNoRow = 0x7fffffff;  // the position of a row past the tile, for a minimum
 
-// After the loop the ring holds the four warps' states when they split a tile's tokens:
-// o [warp][16 rows][D], then m and l [warp][16 rows] (floats).
+// After the loop the ring holds the four warps' states when they split a tile's tokens
+// (kStateStride, decode_warps.cuh).
 template <int D>
-inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * D + 2 * kWarps * 16);
+inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * kStateStride<D> + 2 * kWarps * 16);
 
 // A tile of at most kSplitTokenRows rows splits its tokens among the warps. 16: an MQA
 // decode's 32 rows run on two warps that each attend every token (the other two compute
@@ -265,7 +265,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   // Where the warps leave their states for the merge: o [warp][16 rows][D], m, l [warp][16].
   float* so = reinterpret_cast<float*>(smem);
-  float* sm = so + kWarps * 16 * D;
+  float* sm = so + kWarps * 16 * kStateStride<D>;
   float* sl = sm + kWarps * 16;
 
   __syncthreads();  // the previous item's warps are done with the ring
@@ -501,10 +501,9 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       for (int r = 0; r < 2; ++r) {
         const int row = g + 8 * r;
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          so[(warp * 16 + row) * D + 8 * n + 2 * t] = o[n][2 * r];
-          so[(warp * 16 + row) * D + 8 * n + 2 * t + 1] = o[n][2 * r + 1];
-        }
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<float2*>(so + (warp * 16 + row) * kStateStride<D> + 8 * n + 2 * t) =
+              make_float2(o[n][2 * r], o[n][2 * r + 1]);
         if (t == 0) {
           sm[warp * 16 + row] = m_run[r];
           sl[warp * 16 + row] = l_run[r];
@@ -535,15 +534,19 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
         for (int v = 0; v < kWarps; ++v)
           if (!pairs || v % 2 == warp) l += sl[v * 16 + row] * (f[v] = exp2f(sm[v * 16 + row] - base));
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n)
+        for (int n = 0; n < D / 8; ++n) {
+          float2 sum = make_float2(0.f, 0.f);
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float sum = 0.f;
-#pragma unroll
-            for (int v = 0; v < kWarps; ++v)
-              if (!pairs || v % 2 == warp) sum += so[(v * 16 + row) * D + 8 * n + 2 * t + e] * f[v];
-            o[n][2 * r + e] = sum;
-          }
+          for (int v = 0; v < kWarps; ++v)
+            if (!pairs || v % 2 == warp) {
+              const float2 x =
+                  *reinterpret_cast<const float2*>(so + (v * 16 + row) * kStateStride<D> + 8 * n + 2 * t);
+              sum.x += x.x * f[v];
+              sum.y += x.y * f[v];
+            }
+          o[n][2 * r] = sum.x;
+          o[n][2 * r + 1] = sum.y;
+        }
         m_run[r] = M;
         l_run[r] = l;
       }
