@@ -313,6 +313,16 @@ class WindowCase(Case):
         kv = 2.0 * 2.0 * self.b * self.live_blocks() * PAGE * self.hkv * self.d
         return kv + 2.0 * 2.0 * self.num_tokens * self.hq * self.d
 
+    def flops(self):
+        """The FLOPs of the keys each row sees: new token i of a sequence (n new, length l)
+        sits at p = l - n + i and sees min(window, p + 1) keys (all p + 1 when full); each
+        key costs 2 * D for q.k and 2 * D for p.v, per query head."""
+        keys = 0
+        for l, n in zip(self.seq_lens, self.q_lens):
+            for p in range(l - n, l):
+                keys += min(self.window, p + 1) if self.window else p + 1
+        return 4.0 * self.d * self.hq * keys
+
     def sink_values(self):
         """bench_ch12.cu's sink logits: 0.5 + 0.1 * (h % 7) for query head h."""
         return [0.5 + 0.1 * (h % 7) for h in range(self.hq)]
@@ -1185,6 +1195,10 @@ def self_test():
     c = Case("prefill", "t", 2, 1, [3, 5], [1, 2], d=4)
     ok("FLOPs by hand (rows see 3; 4 and 5 keys)", c.flops() == 4 * 4 * 2 * (3 + 4 + 5))
     ok("a decode's FLOPs are 4 D Hq L", uniform(32, 8, 2, 100).flops() == 4 * 128 * 32 * 200)
+    w = WindowCase("t", 1, 6, 3, 2, False, hq=2, hkv=1, d=4)  # rows at 3, 4, 5 see 2 keys each
+    ok("a window's FLOPs count the keys it sees", w.flops() == 4 * 4 * 2 * (2 + 2 + 2), w.flops())
+    ok("a window wider than the sequence sees every key",
+       WindowCase("t", 1, 6, 3, 9, False, hq=2, hkv=1, d=4).flops() == 4 * 4 * 2 * (4 + 5 + 6))
     lens = log_uniform_lengths(128, 64, 8192)
     ok(
         "log-uniform lengths in [64, 8192], spread",
