@@ -9,8 +9,9 @@ same columns (bench_common.cu's) and the same case names. Per case: our time, Fl
 and each run's % of its own read ceiling on the same bytes (the blocks the windows touch,
 plus q and out; a case whose two byte counts differ is flagged). A dash: that run has no
 time for the case; with --fi-md, the reason from the FlashInfer run's "Cases without a
-FlashInfer time" section (for example sinks its version cannot run). Then issue 29's
-checks on these numbers: the 32K / window-1024 decode against the 1K-context decode, against
+FlashInfer time" section (for example sinks its version cannot run). Then the prefill
+chunks' TFLOP/s (they are compute-bound; the FLOPs of the keys each row's window sees, from
+bench_flashinfer.py's cases), and issue 29's checks on these numbers: the 32K / window-1024 decode against the 1K-context decode, against
 90% of the read ceiling and against FlashInfer. Nothing is typed in: every number comes
 from the files. Prints to stdout without --out.
 """
@@ -89,10 +90,12 @@ def compute_bound(names, ours, fi):
         "| case | GFLOP | ours (TFLOP/s) | FlashInfer (TFLOP/s) |",
         "|---|---:|---:|---:|",
     ]
+    def tflops(name, row):
+        return flops[name] / (float(row["us"]) * 1e-6) / 1e12 if row else None
+
     for name in rows:
-        o, f = ours.get(name), fi.get(name)
-        rate = lambda r: flops[name] / (float(r["us"]) * 1e-6) / 1e12 if r else None  # noqa: E731
-        out.append(f"| {name} | {flops[name] / 1e9:.1f} | {fmt(rate(o), '.0f')} | {fmt(rate(f), '.0f')} |")
+        o, f = tflops(name, ours.get(name)), tflops(name, fi.get(name))
+        out.append(f"| {name} | {flops[name] / 1e9:.1f} | {fmt(o, '.0f')} | {fmt(f, '.0f')} |")
     return out + [""]
 
 
