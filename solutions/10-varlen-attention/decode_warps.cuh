@@ -136,7 +136,7 @@ __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q
 }
 
 // A decode item of the thread block: warp w takes slots w, w + 4, ... and leaves its state
-// in the merge layout of the general path: o [warp][16 rows][D], m and l [warp][16 rows],
+// in the merge layout of the general path: o [warp][16 rows][kStateStride], m and l [warp][16 rows],
 // m in base 2. The caller merges the four warps.
 template <typename T, typename C, int D, int kSlots, bool kWindow = false>
 __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q_start,

@@ -263,7 +263,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 #pragma unroll
     for (int i = 0; i < 4; ++i) o[n][i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  // Where the warps leave their states for the merge: o [warp][16 rows][D], m, l [warp][16].
+  // Where the warps leave their states for the merge: o [warp][16 rows][kStateStride], m, l [warp][16].
   float* so = reinterpret_cast<float*>(smem);
   float* sm = so + kWarps * 16 * kStateStride<D>;
   float* sl = sm + kWarps * 16;
