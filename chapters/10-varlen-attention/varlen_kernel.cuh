@@ -97,9 +97,9 @@ template <int D>
 inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * kStateStride<D> + 2 * kWarps * 16);
 
 // A tile of at most kSplitTokenRows rows splits its tokens among the warps. 16: an MQA
-// decode's 32 rows run on two warps that each attend every token (the other two compute
-// rows past the tile, which no one reads), about 6% faster on the H200 than 32, where they
-// went to pairs of warps sharing the tokens (NOTES.md, session 50).
+// decode's 32 rows run on two warps that each attend every token (the other two own no
+// rows: kShortTiles), about 6% faster on the H200 than 32, where they went to pairs of
+// warps sharing the tokens (NOTES.md, session 50).
 constexpr int kSplitTokenRows = 16;
 
 // One work item (see WorkItem). Every thread of the block calls it with the same item.
@@ -111,8 +111,8 @@ constexpr int kSplitTokenRows = 16;
 //           halves of every stage (one a warp; two consecutive ones a warp of a pair); the
 //           states of a group's warps are merged at the end, as chapter 4's warps did.
 // Mask: the mask policy (CausalMask in varlen_args.cuh: chapter 10's; chapter 12 supplies a
-// sliding window, sinks and a soft-cap).
-template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
+// sliding window, sinks and a soft-cap). kShortTiles: see varlen_kernel.
+template <typename T, typename C, int D, int kStages, typename Mask = CausalMask, bool kShortTiles = false>
 __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsigned char* smem,
                             const Mask& policy) {
   using L = StageLayout<C, D>;
@@ -297,6 +297,10 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     int warp_first = min(pos[0] < 0 ? kNoRow : pos[0], pos[1] < 0 ? kNoRow : pos[1]);
     for (int offset = 16; offset > 0; offset /= 2)
       warp_first = min(warp_first, __shfl_xor_sync(kFullMask, warp_first, offset));
+    // A warp past the tile's rows (warps 2 and 3 of an MQA decode's 32) then finds every
+    // stage in need of the mask, and the mask no key for it: it skips every stage's mma.
+    if constexpr (kShortTiles)
+      if (warp_last < 0) warp_first = -1;
 
     // The warp attends to NH consecutive 16-token halves of a stage, from half h0. kMask:
     // some of their keys lie past the chunk's end or after a row's position, so every score
@@ -588,7 +592,11 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 // flight (NOTES.md, v4).
 // Mask: the mask policy (CausalMask: chapter 10's). A policy with hooks on runs warp items
 // as the block's own items (warp_item knows no policy).
-template <typename T, typename C, int D, int kStages, typename Mask = CausalMask>
+// kShortTiles: the launch's rows-path tiles have at most 32 rows (MQA's decode), so warps 2
+// and 3 skip their stages. A kernel of its own, not a branch: the prefill loop sits at the
+// register limit, and any line added to it moves its allocation, by 1-2% of prefill's time
+// for this one (NOTES.md, sessions 51 and 53).
+template <typename T, typename C, int D, int kStages, typename Mask = CausalMask, bool kShortTiles = false>
 __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C> a, Mask mask) {
   constexpr bool kHooks = Mask::kWindow || Mask::kSoftCap || Mask::kSinks;
   // Every block of this one-wave grid is running: merge_kernel's blocks may be placed now,
@@ -614,7 +622,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) varlen_kernel(VarlenArgs<T, C>
   for (k = first; k < *a.rounds; ++k) {
     const WorkItem w = item(k);
     if (w.seq < 0) break;  // an empty place: the block is done
-    attend_item<T, C, D, kStages, Mask>(a, w, smem, mask);
+    attend_item<T, C, D, kStages, Mask, kShortTiles>(a, w, smem, mask);
   }
 }
 // ANCHOR_END: kernel

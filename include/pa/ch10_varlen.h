@@ -161,6 +161,11 @@ int chunk_for(int rows, double target_cost);
 // cta_start has grid + 1 entries, from 0 to the number of items. (Chapter 11's runner too.)
 std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds);
 
+// Does every tile of the batch that runs the rows path have at most 32 rows, and one more than
+// 16 (MQA's decode, 8 drafts at G = 4)? Then the launch takes the kernel in which warps 2 and
+// 3, which own no rows, skip their stages (varlen_kernel's kShortTiles). No query_start_loc: no.
+bool short_tiles(const VarlenShape& s, const std::vector<int>& query_start_loc);
+
 // ANCHOR: runner
 enum class CacheType { model_dtype, fp8_e4m3 };
 
@@ -236,6 +241,7 @@ class VarlenAttention {
   std::vector<MergeRow> merge_rows_host_;  // (kept until the copy is done, as by_rounds_)
   int num_merge_rows_ = 0;                 // this plan's (copied to merge_count_)
   int merge_grid_ = 0;                     // the merge kernel's grid: the most rows of any plan
+  bool short_tiles_ = false;               // rows-path tiles of 17-32 rows and none longer
   DeviceBuffer<int> merge_count_;
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;
 };

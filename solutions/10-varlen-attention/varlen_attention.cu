@@ -74,6 +74,16 @@ std::vector<MergeRow> merge_rows(const VarlenShape& s, const Plan& plan,
   return rows;
 }
 
+bool short_tiles(const VarlenShape& s, const std::vector<int>& query_start_loc) {
+  const int G = s.num_q_heads / s.num_kv_heads;
+  int most = 0;
+  for (size_t b = 0; b + 1 < query_start_loc.size(); ++b) {
+    const int n_new = query_start_loc[b + 1] - query_start_loc[b];
+    if (n_new > 0 && !decode_tile(n_new, G)) most = std::max(most, std::min(n_new * G, kTileRows));
+  }
+  return most > kSplitTokenRows && most <= kTileRows / 2;
+}
+
 void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cache, const Plan& plan,
                                cudaStream_t stream, const std::vector<int>& query_start_loc) {
   planned_ = false;
@@ -94,6 +104,7 @@ void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cach
   PA_CUDA_CHECK(cudaMemcpyAsync(items_.get(), by_rounds_.data(), by_rounds_.size() * sizeof(WorkItem),
                                 cudaMemcpyHostToDevice, stream));
   PA_CUDA_CHECK(cudaMemcpyAsync(rounds_.get(), &host_rounds_, sizeof(int), cudaMemcpyHostToDevice, stream));
+  short_tiles_ = short_tiles(s, query_start_loc);
   // The merge kernel's rows, and their count on the device: its grid only grows, as the
   // buffers do, so a launch captured in a CUDA graph still runs a later plan's merges.
   merge_rows_host_ = merge_rows(s, plan, query_start_loc);

@@ -394,6 +394,27 @@ TEST(Planner, MultiQueryDecodeIsOneTilePerSequence) {
   EXPECT_EQ(tile_rows(1, 32, 0), 32);
 }
 
+// The kernel whose idle warps skip their stages runs a batch only if no tile on the rows
+// path is longer than 32 rows and one is longer than 16 (the rest runs the one kernel
+// compiled as before: varlen_kernel's kShortTiles).
+TEST(Planner, ShortTilesKernelOnlyWhereTheRowsPathTilesHave17To32Rows) {
+  using pa::ch10::short_tiles;
+  const auto decodes = [](int n, int tokens) { return std::vector<std::pair<int, int>>(n, {100, tokens}); };
+  const Batch mqa = batch_of(32, 1, decodes(8, 1));
+  EXPECT_TRUE(short_tiles(mqa.shape, mqa.qsl)) << "MQA decode: 32-row tiles";
+  const Batch drafts = batch_of(32, 8, decodes(8, 8));
+  EXPECT_TRUE(short_tiles(drafts.shape, drafts.qsl)) << "8 drafts at G 4: 32-row tiles";
+  const Batch gqa = batch_of(32, 8, decodes(8, 1));
+  EXPECT_FALSE(short_tiles(gqa.shape, gqa.qsl)) << "GQA decode: decode tiles, not the rows path";
+  const Batch few = batch_of(32, 8, decodes(8, 4));
+  EXPECT_FALSE(short_tiles(few.shape, few.qsl)) << "4 drafts at G 4: 16 rows, the split-tokens path";
+  std::vector<std::pair<int, int>> mixed = decodes(8, 1);
+  mixed.push_back({0, 64});
+  const Batch chunk = batch_of(32, 1, mixed);
+  EXPECT_FALSE(short_tiles(chunk.shape, chunk.qsl)) << "MQA decodes beside a prefill chunk's 64-row tiles";
+  EXPECT_FALSE(short_tiles(mqa.shape, {})) << "no query_start_loc: the rows are unknown";
+}
+
 TEST(Planner, EmptyBatchHasNoItems) {
   const Batch b = batch_of(4, 2, {{10, 0}, {0, 0}});
   const Plan p = make_plan(b.shape, b.seq_lens, b.qsl, 8);
