@@ -25,12 +25,15 @@ void with_head_size(int head_size, F&& f) {
 }
 
 // The kernel for (T, C, D), its ring depth and its dynamic shared memory, opted in above 48 KB.
+// kShortTiles only with chapter 10's mask: a second kernel for every policy would double
+// chapter 12's build.
 template <typename T, typename C, int D, typename Mask = CausalMask, bool kShortTiles = false>
 struct Kernel {
   static constexpr int kStages = stages_for<C, D>();
   static constexpr size_t kSmem = smem_bytes<C, D>();
+  static constexpr bool kShort = kShortTiles && std::is_same<Mask, CausalMask>::value;
   static auto get() {
-    const auto kernel = varlen_kernel<T, C, D, kStages, Mask, kShortTiles>;
+    const auto kernel = varlen_kernel<T, C, D, kStages, Mask, kShort>;
     if (kSmem > 48 * 1024)
       PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
@@ -100,13 +103,8 @@ void VarlenAttention::launch(T* out, const T* q, const C* k_pool, const C* v_poo
       using K = Kernel<T, C, D, Mask, decltype(short_tiles)::value>;
       pa::launch(K::get(), dim3(plan_.grid), dim3(kWarps * 32), K::kSmem, stream, a, mask);
     };
-    // Chapter 10's mask only: a second kernel for every policy would double chapter 12's build.
-    if constexpr (std::is_same<Mask, CausalMask>::value) {
-      if (short_tiles_) attend(std::true_type{});
-      else attend(std::false_type{});
-    } else {
-      attend(std::false_type{});
-    }
+    if (short_tiles_) attend(std::true_type{});
+    else attend(std::false_type{});
     // Then the split tiles the kernel left to merge_kernel, one thread block a row, its
     // blocks placed before the attention kernel ends.
     if (merge_apart)

@@ -79,7 +79,7 @@ bool short_tiles(const VarlenShape& s, const std::vector<int>& query_start_loc) 
   int most = 0;
   for (size_t b = 0; b + 1 < query_start_loc.size(); ++b) {
     const int n_new = query_start_loc[b + 1] - query_start_loc[b];
-    if (n_new > 0 && !decode_tile(n_new, G)) most = std::max(most, std::min(n_new * G, kTileRows));
+    if (n_new > 0 && !decode_tile(n_new, G)) most = std::max(most, tile_rows(n_new, G, 0));
   }
   return most > kSplitTokenRows && most <= kTileRows / 2;
 }
