@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # A/B of two source trees on the GPU machine, in one device call (NOTES.md, session 54).
+# For one tree's whole verification (every test, both sanitizers, the benchmarks) use
+# tools/gpu_check.sh; this script is only the A/B: two trees built side by side, cut to D 128.
 #
 # Here, before the call (build/pin is ignored by git; carry it):
 #   mkdir -p build/pin && git archive --format=tar.gz -o build/pin/A.tgz HEAD
@@ -24,10 +26,11 @@ L=$OUT/logs
 W=/tmp/ab
 mkdir -p "$L"
 ts() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$L/steps.txt"; }
-cut128() {
+cut128() {  # marks.edit stops the script if the five other head sizes are not found exactly once
   [ "${CUT:-1}" = 0 ] && return 0
-  sed -i '/case 64: return f/d; /case 80: return f/d; /case 96: return f/d; /case 112: return f/d; /case 256: return f/d' \
-    "$1/solutions/10-varlen-attention/launch_varlen.cuh"
+  python3 -c 'import sys; sys.path.insert(0, "tools/perf"); import marks
+marks.edit(sys.argv[1], "solutions/10-varlen-attention/launch_varlen.cuh", [],
+           regex=[(r"\n *case (64|80|96|112|256): return f\(.*?\);", "", 5)], tool="gpu_ab")' "$1"
 }
 prep() {  # NAME [CUDA flags]
   rm -rf "${W:?}/$1" && mkdir -p "$W/$1" && tar -xzf "$PIN/$1.tgz" -C "$W/$1" && cut128 "$W/$1"
