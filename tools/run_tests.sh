@@ -160,9 +160,9 @@ echo "== make $scope ($backend backend, build in $build)"
 step "build everything" cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 step "reference self-tests (pytest reference/)" \
     bash -c "cd reference && '$python' -m pytest -q -p no:cacheprovider"
-step "skeleton generator, progress, book-numbers and mutant-runner tests (pytest tools/)" \
+step "skeleton generator, progress, book-numbers, mutant-runner and A/B-table tests (pytest tools/)" \
     "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_progress.py \
-    tools/test_check_book_numbers.py tools/test_run_mutants.py
+    tools/test_check_book_numbers.py tools/test_run_mutants.py tools/test_ab_table.py
 step "the benchmarks' GPU-free parts: case files, comparisons, plots (pytest bench/)" \
     "$python" -m pytest -q -p no:cacheprovider bench/
 step "chapters/ is generated from solutions/ and current" \

@@ -184,6 +184,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   constexpr int kKTokens = L::kTokens / 32;  // K tokens a lane copies per tile
   constexpr int kPieces = L::kTokens / x;    // V: 16-byte pieces (x tokens of one row) per row
   static_assert((kWarps * 32) % kPieces == 0, "a thread's V pieces share their tokens");
+  constexpr int kRowStep = kWarps * 32 / kPieces;  // V rows between a thread's copies
   static_assert(kWarps % 4 == 0, "a warp's K chunks share their slot order (c % 4 == warp % 4)");
   // K: lane l copies tokens l + 32 i; warp w copies chunks w + kWarps k. One instruction
   // writes 512 contiguous bytes of one chunk, 4 shared-memory passes; copies into rows of
@@ -220,24 +221,28 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
         uint4* dst = stage_k(st) + (tk ^ 2 * (warp % 4));  // slot tk ^ 2 (c % 4); c % 4 == warp % 4
         if (tok < w.kv_end) {
           const C* src = a.k_pool + int64_t(k_block[i]) * block_elems + head_offset +
-                         int64_t(tok & (BS - 1)) * x;
+                         int64_t(tok & (BS - 1)) * x + int64_t(warp) * BS * x;
+          // Chunks warp + kWarps k: a trip count known at compile time, so the loop unrolls whole.
 #pragma unroll
-          for (int c = warp; c < kChunks; c += kWarps)
-            cp_async16(dst + c * L::kTokens, src + int64_t(c) * BS * x);
+          for (int k = 0; k < (kChunks + kWarps - 1) / kWarps; ++k)
+            if (kChunks % kWarps == 0 || warp + kWarps * k < kChunks)
+              cp_async16(dst + (warp + kWarps * k) * L::kTokens, src + int64_t(k) * kWarps * BS * x);
         } else {
           for (int c = warp; c < kChunks; c += kWarps) dst[c * L::kTokens] = zero;
         }
       }
-      // V: a thread copies the same tokens, first .. first + x - 1, of every
-      // (kWarps * 32 / kPieces)-th row.
+      // V: a thread copies the same tokens, first .. first + x - 1, of every kRowStep-th row.
       const int first = threadIdx.x % kPieces * x, tok = tok0 + first;
       C* dst = stage_v(st) + (first / 16) * D * 16 + first % 16;  // row d at + 16 d
       if (tok < w.kv_end) {
-        const C* src = a.v_pool + int64_t(v_block) * block_elems + head_offset + (tok & (BS - 1));
-        for (int d = threadIdx.x / kPieces; d < D; d += kWarps * 32 / kPieces)
-          cp_async16(dst + d * 16, src + int64_t(d) * BS);
+        const int d0 = threadIdx.x / kPieces;  // rows d0 + kRowStep k: again a trip count known at compile time
+        const C* src = a.v_pool + int64_t(v_block) * block_elems + head_offset + (tok & (BS - 1)) + int64_t(d0) * BS;
+#pragma unroll
+        for (int k = 0; k < (D + kRowStep - 1) / kRowStep; ++k)
+          if (D % kRowStep == 0 || d0 + kRowStep * k < D)
+            cp_async16(dst + (d0 + kRowStep * k) * 16, src + int64_t(k) * kRowStep * BS);
       } else {
-        for (int d = threadIdx.x / kPieces; d < D; d += kWarps * 32 / kPieces)
+        for (int d = threadIdx.x / kPieces; d < D; d += kRowStep)
           *reinterpret_cast<uint4*>(dst + d * 16) = zero;
       }
     }
