@@ -17,9 +17,12 @@ for d in solutions/*/; do deps+=("-I$d"); done
 # (CMake, make test on a GPU) compiles optimised.
 # One compile per file, as many at once as there are cores (the chapter 9 files take
 # minutes each); results are printed in file order.
+# CMAKE_CUDA_COMPILER_LAUNCHER (.ci/run sets it to ccache, which knows nvcc): a compile whose
+# source, headers and flags are unchanged since an earlier run is served from the cache.
+read -r -a launcher <<< "${CMAKE_CUDA_COMPILER_LAUNCHER:-}"
 check_one() {  # check_one FILE RESULT_DIR INDEX
     local f=$1 res=$2/$3
-    if "$nvcc" -std=c++17 -arch=sm_90 -Xcicc -O0 -Xptxas -O0 -Iinclude "${deps[@]}" -c "$f" \
+    if ${launcher[@]+"${launcher[@]}"} "$nvcc" -std=c++17 -arch=sm_90 -Xcicc -O0 -Xptxas -O0 -Iinclude "${deps[@]}" -c "$f" \
         -o "$res.o" 2> "$res.err"; then
         echo "  ok    $f" > "$res.txt"
     else
