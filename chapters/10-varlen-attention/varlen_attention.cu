@@ -39,20 +39,6 @@ void VarlenAttention::plan(const VarlenShape& s, DType dtype, CacheType cache,
            query_start_loc);
 }
 
-std::vector<WorkItem> items_by_rounds(const Plan& plan, int* rounds) {
-  PA_REQUIRE(plan.grid >= 1 && plan.cta_start.size() == size_t(plan.grid) + 1 &&
-                 plan.cta_start.front() == 0 && plan.cta_start.back() == int(plan.items.size()),
-             "use_plan: cta_start must have grid + 1 entries, from 0 to the number of items");
-  const size_t g = size_t(plan.grid);
-  *rounds = 0;
-  for (size_t c = 0; c < g; ++c) *rounds = std::max(*rounds, plan.cta_start[c + 1] - plan.cta_start[c]);
-  std::vector<WorkItem> out(size_t(*rounds) * g, WorkItem{-1, 0, 0, 0, 0, 0, 1, 0, -1, 0});
-  for (size_t c = 0; c < g; ++c)
-    for (int i = plan.cta_start[c]; i < plan.cta_start[c + 1]; ++i)
-      out[size_t(i - plan.cta_start[c]) * g + c] = plan.items[size_t(i)];
-  return out;
-}
-
 // ANCHOR: plan_upload
 // The merge kernel's blocks: one per row of each split tile it may merge (merged_apart), with
 // the batch's query_start_loc; without it, kTileRows per tile of enough chunks to be one.

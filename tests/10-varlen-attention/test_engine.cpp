@@ -135,4 +135,17 @@ TEST(VarlenInTheEngine, AnFp32CacheIsRefusedByName) {
   EXPECT_NE(msg.find("needs a 16-bit cache"), std::string::npos) << msg;
 }
 
+// An MLA model (chapter 8's latent option, chapter 11's cache) on this kernel, which reads
+// K/V pools: refused by name, not read as if its latent pool held K and V.
+TEST(VarlenInTheEngine, AnMlaModelIsRefusedByName) {
+  pa::ch08::ModelConfig mc;
+  mc.attention = pa::ch08::AttentionKind::mla;
+  mc.kv_dtype = pa::DType::bf16;
+  pa::ch08::TinyModel model(mc);
+  model.set_step_attention(std::make_shared<pa::ch10::VarlenStepAttention>());
+  Engine engine(model, EngineConfig{});
+  engine.add_request({0, tokens(5, 1), 2, 0});
+  EXPECT_TRUE(pa::test::contains_text(pa::test::error_of([&] { engine.run(); }), "not a latent cache (MLA)"));
+}
+
 }  // namespace
