@@ -5,7 +5,8 @@
 #   usage: bash tools/gpu_check.sh [ARCH] [PART]   (ARCH default 90; PART all, tests,
 #          sanitize, bench or ch10: a lent GPU limits one command's time, so the parts can
 #          run apart; each builds first, which is quick once the build exists; ch10 is
-#          bench_ch10 and the FlashInfer baselines alone, which bench also runs; ch08 is
+#          bench_ch10 and bench_ch12 (the book's chapter 10 and 12 tables) and the FlashInfer
+#          baselines alone, which bench also runs; ch08 is
 #          chapters 3, 7 and 8 alone: tests, sanitizers, the demo, bench_cascade, and the
 #          engine on chapter 10's kernel: its test and bench_engine; ch11 and ch12 are one
 #          chapter's tests, sanitizers and benchmark, ch11 with FlashInfer's MLA decode beside it)
@@ -32,7 +33,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 run configure cmake -S . -B $build -G Ninja -DPA_BACKEND=cuda -DCMAKE_CUDA_ARCHITECTURES=$arch \
     -DPA_PYTHON=python3 -DCMAKE_BUILD_TYPE=Release
 targets=()
-[ "$part" = ch10 ] && targets=(--target bench_ch10)  # the ch10 part needs only its bench
+[ "$part" = ch10 ] && targets=(--target bench_ch10 bench_ch12)  # the ch10 part needs only the benches
 [ "$part" = ch08 ] && targets=(--target test_ch03_solution test_ch07_solution test_ch08_solution
                                test_ch08_chapter serve bench_cascade test_ch10_solution bench_engine)
 [ "$part" = ch11 ] && targets=(--target test_ch11_solution test_ch11_chapter bench_ch11 serve_mla)
@@ -136,8 +137,9 @@ PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH} run bench_flashinfer_
 PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH} run bench_flashmla python3 bench/bench_flashmla.py \
     --md "$results/bench_flashmla.md" --csv "$results/bench_flashmla.csv"
 fi
-if [ "$part" = ch10 ]; then
+if [ "$part" = ch10 ] && [ "${BENCH_OURS:-1}" != 0 ]; then
 run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"
+run bench_ch12 $build/bench/bench_ch12 --csv "$results/bench_ch12.csv" --md "$results/bench_ch12.md"
 fi
 if { [ "$part" = all ] || [ "$part" = bench ] || [ "$part" = ch10 ]; } && [ "${FLASHINFER_PART:-all}" != none ]; then
 # FlashInfer's baselines of chapter 10 (its decode and prefill wrappers, SDPA's causal
@@ -148,10 +150,15 @@ if ls .whl/flashinfer_python-*.whl > /dev/null 2>&1; then
         --no-cache-dir --upgrade --target /tmp/flashinfer-site .whl/*.whl
     export PYTHONPATH=/tmp/flashinfer-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-# FLASHINFER_PART=decode, prefill or flex runs one part, none skips FlashInfer (default
-# all: over 10 minutes on a fresh machine, most of it FlashInfer's JIT). The self-test
+# FLASHINFER_PART=decode, prefill, flex or window (chapter 12's cases) runs one part, none
+# skips FlashInfer (default all: over 10 minutes on a fresh machine, most of it FlashInfer's
+# JIT; decode and prefill took about 230 s each on an H200, window over 330). A lent GPU's
+# call is 600 s: run the parts in calls of their own (BENCH_OURS=0 skips bench_ch10 and
+# bench_ch12 in the calls after the first), with FLASHINFER_TIMEOUT=SECONDS so that a part
+# that runs long still leaves results.tgz (its CSV is written case by case). The self-test
 # runs second: its tiny FlashInfer runs reuse the modules the benchmark built.
-run bench_flashinfer python3 bench/bench_flashinfer.py --part "${FLASHINFER_PART:-all}" \
+run bench_flashinfer ${FLASHINFER_TIMEOUT:+timeout "$FLASHINFER_TIMEOUT"} \
+    python3 bench/bench_flashinfer.py --part "${FLASHINFER_PART:-all}" \
     --csv "$results/bench_flashinfer.csv" --md "$results/bench_flashinfer.md"
 run bench_flashinfer_selftest python3 bench/bench_flashinfer.py --self-test
 fi
