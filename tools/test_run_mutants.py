@@ -303,3 +303,24 @@ def test_the_mutant_launcher_swaps_only_the_optimisation_level():
     swapped = subprocess.run([script, "printf", "<%s>", *args[1:]], capture_output=True, text=True,
                              check=True, env=env).stdout
     assert swapped == "<c++><-O0><-DNDEBUG><a b.cu><-O0>"
+
+
+def test_a_time_cap_cuts_what_is_left_and_runs_it_never(fake, capsys, monkeypatch):
+    tmp, calls = fake
+    mutants = [mutant(f"{c:02d}-m{i}", c, tmp) for c in (1, 2, 3) for i in range(2)]
+    order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
+    groups = run_mutants.deal_groups(order)
+    (tmp / "tree").mkdir(exist_ok=True)
+    (tmp / "tree" / "f.cu").write_text("good")
+    # A cap already spent after the first mutant: the clock jumps past it once one has run.
+    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None, test_times=None, budget=100.0,
+                                 rotate=1)
+    pool = run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", [tmp / "tree"], 2)
+    assert pool.queues[0] == [("plain", "02"), ("plain", "03"), ("plain", "01")]  # rotated
+    real = run_mutants.run_one
+    monkeypatch.setattr(run_mutants, "run_one", lambda *a, **k: (pool.__setattr__("deadline", 0), real(*a, **k))[1])
+    results = pool.run(order)
+    ran = [r for r in results if r is not None]
+    assert [r[0]["name"] for r in ran] == ["02-m0"]
+    assert [r[0] for r in calls["ran"]] == ["02-m0"]  # the cut ones never ran
+    assert sum(r is None for r in results) == 5
