@@ -2,7 +2,8 @@
 """Recorded outputs that cite source lines must still point at them.
 
 The book shows outputs recorded on a GPU (book/src/recorded/: compute-sanitizer reports,
-for example) that name `file:line`, and pages that quote them. Those recordings are not
+for example) and the emulator's reports of the planted bugs (book/src/recorded/mutants/, the
+lines of the source with that mutant applied) that name `file:line`, and pages that quote them. Those recordings are not
 remade by `make book`, so an edit that moves the cited line would leave the book pointing
 at the wrong code. Each citation keeps the text its line had when it was recorded, in
 book/src/recorded/cited_lines.tsv; this check fails when a cited line's text has changed,
@@ -49,7 +50,17 @@ def repo_files() -> dict[str, list[str]]:
 
 
 def pages() -> list[Path]:
-    return sorted(BOOK.glob("*.md")) + sorted(p for p in (BOOK / "recorded").glob("*") if p.suffix in (".md", ".txt"))
+    return (sorted(BOOK.glob("*.md")) + sorted(p for p in (BOOK / "recorded").glob("*") if p.suffix in (".md", ".txt"))
+            + sorted((BOOK / "recorded" / "mutants").glob("mutant-*.txt")))
+
+
+def mutant_of_page(page: Path) -> str:
+    """A planted bug's recorded output (recorded/mutants/mutant-NAME.txt) cites the source with
+    that mutant applied."""
+    name = page.stem.removeprefix("mutant-")
+    if page.parent.name == "mutants" and (ROOT / "tests" / "mutants" / f"{name}.mutant").is_file():
+        return name
+    return ""
 
 
 def mutant_of_row(line: str) -> str | None:
@@ -66,8 +77,9 @@ def citations() -> list[tuple[str, int, str, str, int | None]]:
     found = []
     for page in pages():
         rel = str(page.relative_to(ROOT))
+        page_mutant = mutant_of_page(page)
         for lineno, text in enumerate(page.read_text().splitlines(), 1):
-            mutant = mutant_of_row(text) or ""
+            mutant = mutant_of_row(text) or page_mutant
             last = None
             for m in CITATION.finditer(text):
                 if m.group(3):  # `:N`, continuing the citation before it

@@ -143,6 +143,16 @@ def rotation(items, k, share):
     return [x for i, x in enumerate(sorted(items)) if i % share == k % share]
 
 
+def rotated(items, k):
+    """ITEMS starting from the (k mod len)-th, wrapping: the order a time cap cuts from the
+    end of, so that when every chapter is directed the cut moves on with each commit."""
+    items = list(items)
+    if not items:
+        return items
+    i = k % len(items)
+    return items[i:] + items[:i]
+
+
 def select(items, directed, k, share):
     """(directed items, rotating items, the rest), each in sorted order."""
     rest = sorted(x for x in items if x not in directed)
@@ -233,7 +243,7 @@ def main(argv=None):
             result = {"directed": d, "rotating": r, "not_selected": cut, "why": dn}
         else:
             d, r, cut = select(chapters, why, k, args.share)
-            result = {"directed": d, "rotating": r, "not_selected": cut, "why": why}
+            result = {"directed": rotated(d, k), "rotating": r, "not_selected": cut, "why": why}
     result.update(base=args.base, rotation=f"{k} mod {args.share} = {k % args.share}",
                   changed=changed if changed is not None else "unknown")
     if args.json:

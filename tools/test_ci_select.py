@@ -116,3 +116,10 @@ def test_changed_files_against_the_parent_and_the_work_tree(tmp_path):
     (tmp_path / "c.txt").write_text("3")  # untracked counts too
     assert cs.changed_files("HEAD~1", tmp_path) == ["b.txt", "c.txt"]
     assert cs.commit_count(tmp_path) == 2
+
+
+def test_the_order_a_cap_cuts_from_moves_on_with_each_commit():
+    assert cs.rotated(["01", "02", "03"], 4) == ["02", "03", "01"]
+    assert cs.rotated([], 4) == []
+    firsts = {cs.rotated(CHAPTERS, k)[0] for k in range(len(CHAPTERS))}
+    assert firsts == set(CHAPTERS)
