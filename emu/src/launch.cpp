@@ -45,7 +45,10 @@ struct Job {
 // mode: the blocks that one worker runs one after another are ordered for the race
 // detector, so blocks are dealt to workers by a hash of their index: any two blocks that
 // race (say partitions H*S apart) land on different workers most of the time, and a
-// launch with several such pairs shows its race.
+// launch with several such pairs shows its race. Either way the workers run side by side, so
+// which block meets a bug first, and so which block and threads a report names, can differ
+// from one run to the next (the book's recorded reports are compared without their numbers:
+// tools/compare_recorded.sh).
 uint64_t next_block(Job& job, int worker, int workers, uint64_t after) {
   if (!race::kEnabled) return job.next++;
   const uint64_t total = uint64_t(job.grid.x) * job.grid.y * job.grid.z;
