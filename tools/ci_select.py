@@ -3,7 +3,6 @@
 rotating share of the rest (issue 58, CI's budget).
 
     python3 tools/ci_select.py chapters --build build/cpu      # directed and rotating chapters
-    python3 tools/ci_select.py mutants --suite exercise --build build/cpu
     python3 tools/ci_select.py nvcc                           # the .cu files nvcc-check compiles
     python3 tools/ci_select.py explain --build build/cpu       # which change directs what
 
@@ -12,13 +11,16 @@ plus what is uncommitted. A changed file directs a chapter when the chapter's te
 from it: the build graph says so (ninja's inputs of test_chNN_solution and test_chNN_chapter,
 with the headers each object read, from ninja's deps log), so a change to emu/, include/pa/,
 tests/common/ or an earlier chapter reaches every chapter built on it, with no hand-written
-list. A mutant file directs its own chapter. A change to what builds or judges every chapter
-(CMakeLists.txt, the mutant runner, this selector, run_tests.sh) directs them all, and so
-does a base that cannot be read: the selection fails open, never closed.
+list. A mutant file (tests/mutants/, tests/exercise_mutants/) directs its own chapter. A
+change to what builds or judges every chapter (CMakeLists.txt, the Makefile, the mutant
+runner, this selector, run_tests.sh, the skeleton generator) directs them all, and so does a
+base that cannot be read: the selection fails open, never closed.
 
-The rest rotate: of the chapters (or mutants, or .cu files) no change reaches, those whose
-place in the sorted list is k mod N run, k = `git rev-list --count HEAD` (anyone can
-recompute it), N = --share (default 4): every item runs at least once in N commits.
+The rest rotate: of the chapters (or .cu files) no change reaches, those whose place in the
+sorted list is k mod N run, k = `git rev-list --count HEAD` (anyone can recompute it),
+N = --share (default 4): every item runs at least once in N commits. The directed chapters
+come in an order that starts at the k-th (rotated), the order a time cap cuts from the end
+of (tools/ci_budget.py).
 
 nvcc-check's files are not in the CPU build's graph as nvcc compiles them, so for them the
 same closure is read from the sources' own #include "..." lines (project headers only),
@@ -207,20 +209,14 @@ def directed_nvcc(changed, files, root=ROOT):
     return why
 
 
-def mutants_of(suite, root=ROOT):
-    d = root / "tests" / ("exercise_mutants" if suite == "exercise" else "mutants")
-    return sorted(p.stem for p in d.glob("*.mutant"))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("chapters", "mutants", "nvcc", "explain"))
-    ap.add_argument("--build", help="the configured and built CPU build directory (chapters, mutants)")
+    ap.add_argument("what", choices=("chapters", "nvcc", "explain"))
+    ap.add_argument("--build", help="the configured and built CPU build directory (chapters, explain)")
     ap.add_argument("--base", default=os.environ.get("PA_CI_BASE", "HEAD~1"),
                     help="the commit to compare with (default HEAD~1; env PA_CI_BASE)")
     ap.add_argument("--share", type=int, default=int(os.environ.get("PA_CI_SHARE", "4")),
                     help="one in SHARE of the undirected items rotates in (default 4; env PA_CI_SHARE)")
-    ap.add_argument("--suite", choices=("kernel", "exercise"), default="exercise")
     ap.add_argument("--json", action="store_true", help="print the selection as JSON")
     args = ap.parse_args(argv)
     changed = changed_files(args.base)
@@ -236,14 +232,8 @@ def main(argv=None):
         if not args.build:
             ap.error("--build is needed (the chapters come from its build graph)")
         why = directed_chapters(changed, chapter_inputs(args.build, chapters) if changed else {}, chapters)
-        if args.what == "mutants":
-            names = mutants_of(args.suite)
-            dn = {m: why[m[:2]] for m in names if m[:2] in why}
-            d, r, cut = select(names, dn, k, args.share)
-            result = {"directed": d, "rotating": r, "not_selected": cut, "why": dn}
-        else:
-            d, r, cut = select(chapters, why, k, args.share)
-            result = {"directed": rotated(d, k), "rotating": r, "not_selected": cut, "why": why}
+        d, r, cut = select(chapters, why, k, args.share)
+        result = {"directed": rotated(d, k), "rotating": r, "not_selected": cut, "why": why}
     result.update(base=args.base, rotation=f"{k} mod {args.share} = {k % args.share}",
                   changed=changed if changed is not None else "unknown")
     if args.json:
