@@ -84,6 +84,9 @@ struct HybridStepReport {
   // Blocks in some table after the step's appends, before the step's dead blocks go back:
   // the most the step holds.
   int blocks_held = 0;
+  // Requests swapped in or admitted this step that compute nothing in it (their next token
+  // did not fit after all): never more than 0, as in chapter 8's StepReport.
+  int idle_admissions = 0;
   // Per running sequence: (tokens computed before the step, new tokens this step; 0 when
   // not scheduled). What a prediction of blocks_held needs, apart from the manager.
   std::vector<std::pair<int, int>> seqs;

@@ -199,8 +199,8 @@ HybridStepReport HybridEngine::step() {
   };
   auto fits = [&](const Req* r, int n) { return takes(r, n) <= blocks_->num_free(); };
   // Schedules the longest chunk of r's uncomputed tokens that the budget and the free
-  // blocks allow (none when not even one token fits).
-  auto longest_fit = [&](Req* r) {
+  // blocks allow (none when not even one token fits); returns its length.
+  auto longest_fit = [&](Req* r) -> int {
     int n = std::min(int(r->tokens.size()) - r->num_computed, budget), lo = 0;
     if (!fits(r, n)) {
       while (n - lo > 1) {
@@ -209,9 +209,10 @@ HybridStepReport HybridEngine::step() {
       }
       n = lo;
     }
-    if (n == 0) return;
+    if (n == 0) return 0;
     sched.push_back({r, n});
     budget -= n;
+    return n;
   };
   // 1. Running requests, oldest first, each its longest chunk that fits: a shorter chunk
   //    before anything is preempted. Not even one token fits: the newest is preempted
@@ -246,7 +247,7 @@ HybridStepReport HybridEngine::step() {
     swapped_.pop_front();
     swap_in(*r);
     ++admitted;
-    longest_fit(r);
+    rep.idle_admissions += longest_fit(r) == 0;
   }
   // 3. Waiting requests, FIFO, while the footprint of the prompt and its next token fits
   //    beside what the step takes (the peak of one-token steps through them: never more
@@ -267,7 +268,7 @@ HybridStepReport HybridEngine::step() {
     r->num_computed = hit;
     stats_.prefix_hit_tokens += hit;
     running_.push_back(r);
-    longest_fit(r);
+    rep.idle_admissions += longest_fit(r) == 0;
   }
   rep.waiting = int(waiting_.size() + pending_.size() + swapped_.size());
   rep.running = int(running_.size());
