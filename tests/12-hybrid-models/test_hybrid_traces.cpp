@@ -8,7 +8,8 @@
 // - no throw on any accepted request, and add_request refuses the pool one block smaller;
 // - no livelock: the trace finishes within its last arrival + 4 steps a token, and no
 //   request is preempted more than 8 times (the failure names the request);
-// - every request swapped in or admitted computes in that step (no idle admission);
+// - every request swapped in or admitted computes in that step (no idle admission), and a
+//   request running alone is never preempted (add_request's bound is its peak one-token step);
 // - conservation after every step (each block's refcount is the tables that hold it, no
 //   block in two groups, the null block owned by nobody, held + evictable + null = the
 //   pool's used blocks), and num_held() equal to the closed form at the new lengths;
@@ -43,7 +44,7 @@ constexpr int kVocab = 64, kMaxSeqLen = 64, kMaxPreemptions = 8;
 // Logits of one context in two runs differ by the kernels' summation order (block size,
 // chunks) rounded through the 16-bit attention output; a near-tie is two tokens that close
 // in both runs' rows; the dense path (fp32 caches) is within the 16-bit cache's rounding.
-constexpr double kRowTol = 1e-2, kTieTol = 1e-2, kDenseTol = 5e-2;
+constexpr double kRowTol = 3e-2, kTieTol = 3e-2, kDenseTol = 5e-2;
 
 // The traces' model: fp16, head size 64, 2 query heads on 1 KV head, ffn 64, vocab 64,
 // one layer per window (0: full attention).
@@ -71,9 +72,12 @@ pa::ch08::ModelConfig random_model(SplitMix64& rng) {
   return trace_model(patterns[size_t(rng.uniform_int(0, int64_t(patterns.size()) - 1))], rng.uniform_int(0, 1) == 1);
 }
 
-// 2 to 5 requests: prompts of 1 to 30 tokens, half of them starting with one of two shared
-// stems, 1 to 20 new tokens (decodes grow into a tight pool), arrivals over the first 4
-// steps, now and then one much later.
+// 2 to 6 requests: prompts of 1 to 30 tokens, half of them starting with one of two shared
+// stems, 1 to 20 new tokens (decodes grow into a tight pool; a third of the requests only 1
+// or 2, so that the smallest pool is just the prompt's and its chunks must shrink to fit),
+// arrivals over the first 2 steps, now and then one much later. A quarter of the traces add
+// a long prompt (30 to 56 tokens) with 1 or 2 new tokens: the pool is then about its prompt's,
+// and a chunk of it may hold more blocks than any one-token step (a narrow window's blocks).
 std::vector<EngineRequest> random_trace(SplitMix64& rng) {
   std::vector<std::vector<int>> stems(2);
   for (auto& s : stems)
@@ -85,8 +89,13 @@ std::vector<EngineRequest> random_trace(SplitMix64& rng) {
     if (rng.uniform_int(0, 1)) r.prompt = stems[size_t(rng.uniform_int(0, 1))];
     for (int n = int(rng.uniform_int(r.prompt.empty() ? 1 : 0, 10)); n > 0; --n)
       r.prompt.push_back(int(rng.uniform_int(0, kVocab - 1)));
-    r.max_new_tokens = int(rng.uniform_int(1, 20));
-    r.arrival_step = rng.uniform_int(0, 7) == 0 ? int(rng.uniform_int(10, 40)) : int(rng.uniform_int(0, 3));
+    r.max_new_tokens = int(rng.uniform_int(0, 2) == 0 ? rng.uniform_int(1, 2) : rng.uniform_int(1, 20));
+    r.arrival_step = rng.uniform_int(0, 7) == 0 ? int(rng.uniform_int(10, 40)) : int(rng.uniform_int(0, 1));
+  }
+  if (rng.uniform_int(0, 3) == 0) {
+    EngineRequest r{int(reqs.size()), {}, int(rng.uniform_int(1, 2)), int(rng.uniform_int(0, 3))};
+    for (int n = int(rng.uniform_int(30, 56)); n > 0; --n) r.prompt.push_back(int(rng.uniform_int(0, kVocab - 1)));
+    reqs.push_back(r);
   }
   return reqs;
 }
@@ -114,8 +123,10 @@ HybridEngineConfig tight_config(SplitMix64& rng, const std::vector<EngineRequest
                                 bool prefix_caching) {
   HybridEngineConfig c;
   c.block_size = 8 << rng.uniform_int(0, 2);
-  c.num_blocks = smallest_pool(reqs, windows, c.block_size) + int(rng.uniform_int(0, 2));
-  c.max_num_seqs = int(rng.uniform_int(1, 6));
+  // Half the pools exactly the smallest; a third of the runs one request at a time, alone in
+  // that pool, where a prompt's chunk must shrink to fit or nothing runs.
+  c.num_blocks = smallest_pool(reqs, windows, c.block_size) + (rng.uniform_int(0, 1) ? 0 : int(rng.uniform_int(1, 2)));
+  c.max_num_seqs = rng.uniform_int(0, 2) == 0 ? 1 : int(rng.uniform_int(2, 6));
   c.max_tokens_per_step = int(rng.uniform_int(1, 33));
   c.max_seq_len = kMaxSeqLen;
   c.preemption = rng.uniform_int(0, 1) ? Preemption::swap : Preemption::recompute;
@@ -219,6 +230,7 @@ Served serve(pa::ch08::TinyModel& model, const std::vector<EngineRequest>& reqs,
   HybridEngine engine(model, cfg);
   const std::vector<int> windows = model.config().group_windows();
   const int limit = step_limit(reqs), max_id = int(reqs.size()) * (kMaxPreemptions + 2) + 2;
+  int alone = 0;  // requests running at the start of the step (the last step's, less its finished)
   try {
     for (const auto& r : reqs) engine.add_request(r);
     while (!engine.done()) {
@@ -231,6 +243,13 @@ Served serve(pa::ch08::TinyModel& model, const std::vector<EngineRequest>& reqs,
                       " request(s) swapped in or admitted computed nothing (their next token did not fit)";
         return out;
       }
+      // add_request's bound is a request's peak one-token step: alone, it always advances.
+      if (alone == 1 && rep.preempted > 0) {
+        out.failure = at + "the one running request was preempted (a shorter chunk fits: add_request's bound is its "
+                           "peak one-token step)";
+        return out;
+      }
+      alone = rep.running - rep.finished;
       const std::string lost = conservation(m, max_id);
       if (!lost.empty()) {
         out.failure = at + "blocks not conserved: " + lost;
@@ -450,12 +469,13 @@ void property(uint64_t seed, int count, bool prefix_caching, Tally& t) {
   SplitMix64 rng(seed);
   for (int i = 0; i < count && t.failures < 3; ++i) {
     const uint64_t trace_seed = rng.next();
+    SCOPED_TRACE("trace " + std::to_string(trace_seed) + " of seed " + std::to_string(seed));
     SplitMix64 draw(trace_seed);
     const pa::ch08::ModelConfig mc = random_model(draw);
     const std::vector<EngineRequest> reqs = random_trace(draw);
     std::vector<HybridEngineConfig> tight;
     for (int k = 0; k < 3; ++k) tight.push_back(tight_config(draw, reqs, mc.group_windows(), prefix_caching));
-    if (!check_trace(mc, reqs, tight, "Trace" + std::to_string(trace_seed) + " (seed " + std::to_string(seed) + ")", t))
+    if (!check_trace(mc, reqs, tight, "Trace" + std::to_string(trace_seed), t))
       ++t.failures;
   }
 }
@@ -478,10 +498,10 @@ constexpr uint64_t kFixedSeed = 20261201;
 
 TEST(HybridTracesInTheEngine, FixedSeedTracesAreServedAsInARoomyPool) {
   Tally t;
-  property(kFixedSeed, env_int("PA_HYBRID_TRACES", 30), false, t);
+  property(kFixedSeed, env_int("PA_HYBRID_TRACES", 60), false, t);
   report("fixed", kFixedSeed, t);
   EXPECT_EQ(t.failures, 0);
-  EXPECT_GT(t.preemptions, t.runs / 4) << "the tight pools were meant to preempt";
+  EXPECT_GT(t.preemptions, t.runs / 8) << "the tight pools were meant to preempt";
   EXPECT_GT(t.swap_outs, 0) << "the tight pools were meant to swap";
   EXPECT_GT(t.recomputes, 0) << "the tight pools were meant to recompute";
 }
@@ -491,7 +511,7 @@ TEST(HybridTracesInTheEngine, CommitSeedTracesAreServedAsInARoomyPool) {
   const pa::test::CommitSeed s = pa::test::commit_seed("PA_HYBRID_SEED", kFixedSeed + 1);
   std::printf("rotating seed %llu: %s\n", (unsigned long long)s.seed, s.source.c_str());
   Tally t;
-  property(s.seed, std::max(1, env_int("PA_HYBRID_TRACES", 30) / 3), false, t);
+  property(s.seed, std::max(1, env_int("PA_HYBRID_TRACES", 60) / 3), false, t);
   report("rotating", s.seed, t);
   EXPECT_EQ(t.failures, 0) << "replay with PA_HYBRID_SEED=" << s.seed;
 }
@@ -500,7 +520,7 @@ TEST(HybridTracesInTheEngine, CommitSeedTracesAreServedAsInARoomyPool) {
 // recomputed requests find their own blocks).
 TEST(StretchPrefixHitInTheEngine, RandomTracesWithSharedStemsAreServedAsInARoomyPool) {
   Tally t;
-  property(kFixedSeed + 2, std::max(1, env_int("PA_HYBRID_TRACES", 30) / 3), true, t);
+  property(kFixedSeed + 2, std::max(1, env_int("PA_HYBRID_TRACES", 60) / 3), true, t);
   report("prefix caching", kFixedSeed + 2, t);
   EXPECT_EQ(t.failures, 0);
   EXPECT_GT(t.prefix_hit_tokens, 0) << "the shared stems were meant to hit the cache";
