@@ -33,6 +33,7 @@ struct Engine::Group {
   State state = pending;
   bool forked = false;            // the samples or beams have been made from the prompt
   int rejoin_tokens = 0;          // recomputing: the prefix its parked sequences will share
+  int preemptions = 0;            // times preempted (swapped out or dropped for recompute)
   std::vector<Seq*> seqs;         // live sequences
   std::vector<std::pair<int, Completion>> done;  // (sample, completion) of finished samples
   bool beam() const { return sampling.beam_width > 0; }
@@ -79,9 +80,12 @@ void Engine::add_request(const EngineRequest& r) {
   check_sampling(r.sampling, vocab);
   // (The width below reads beam_width <= 0 as "no beams": a negative one must not pass.)
   PA_REQUIRE(r.sampling.beam_width >= 0, "request " << r.id << ": beam_width " << r.sampling.beam_width << " is negative");
-  const int total = int(r.prompt.size()) + r.max_new_tokens;
-  PA_REQUIRE(total <= cfg_.max_seq_len, "request " << r.id << ": prompt + output = " << total
-                                                   << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
+  // (In 64 bits: max_new_tokens near INT_MAX must not wrap to a small, negative total.)
+  const int64_t total64 = int64_t(r.prompt.size()) + int64_t(r.max_new_tokens);
+  PA_REQUIRE(total64 <= cfg_.max_seq_len, "request " << r.id << ": prompt + output = " << r.prompt.size() << " + "
+                                                     << r.max_new_tokens << " = " << total64
+                                                     << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
+  const int total = int(total64);
   const int width = r.sampling.beam_width > 0 ? r.sampling.beam_width : r.sampling.n;
   PA_REQUIRE(width == 1 || !cfg_.dense,
              "request " << r.id << ": the dense policy reserves whole sequences and cannot fork (n or beam_width "
@@ -111,6 +115,12 @@ void Engine::add_request(const EngineRequest& r) {
   pending_.insert(at, g.get());
   stats_.prompt_tokens += g->prompt_len;
   groups_.emplace(r.id, std::move(g));
+}
+
+int Engine::preemptions_of(int id) const {
+  auto it = groups_.find(id);
+  PA_REQUIRE(it != groups_.end(), "preemptions_of: unknown request " << id);
+  return it->second->preemptions;
 }
 
 bool Engine::done() const {
@@ -179,6 +189,7 @@ void Engine::preempt(Group& victim) {
              "preempt: only the newest running request can be the victim");
   running_.pop_back();
   ++stats_.preemptions;
+  ++victim.preemptions;
   std::set<int> distinct;  // the host blocks a swap takes: each GPU block once
   for (const Seq* s : victim.seqs)
     if (!s->parked) distinct.insert(blocks_.block_list(s->id).begin(), blocks_.block_list(s->id).end());
@@ -432,7 +443,7 @@ StepReport Engine::step() {
   };
   auto fits = [&](const Seq* s, int n) { return takes(s, n) <= blocks_.num_free(); };
   // Schedules the longest chunk of s's uncomputed tokens that the budget and the free
-  // blocks allow (an admitted request's next token always fits: admission counted it).
+  // blocks allow (none when not even one token fits).
   auto add = [&](Seq* s) {
     if (s->parked) return;
     int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
@@ -449,15 +460,16 @@ StepReport Engine::step() {
     budget -= n;
   };
 
-  // 1. Running requests, oldest first: each sequence's next token, or the next chunk of a
-  //    prompt. No room? The newest running request is preempted (possibly this one).
+  // 1. Running requests, oldest first: each sequence's next token, or the longest chunk of
+  //    a prompt that fits (a shorter chunk before anything is preempted). Not even one
+  //    token fits? The newest running request is preempted (possibly this one).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Group* g = running_[i];
     for (Seq* s : g->seqs) {
       if (s->parked) continue;
       const int n = std::min(int(s->tokens.size()) - s->num_computed, budget);
       if (n == 0) continue;
-      while (!fits(s, n)) {
+      while (!fits(s, 1)) {
         Group* victim = running_.back();
         if (victim == g)  // its sequences scheduled so far give their blocks back too
           while (!sched.empty() && sched.back().seq->group == g) {
@@ -475,6 +487,13 @@ StepReport Engine::step() {
     }
     if (g->state != Group::running) break;  // it was the newest: nothing after it runs
   }
+  // A request brought back or admitted computes in that step: its next tokens were counted.
+  auto count_idle = [&](const Group* g) {
+    for (const Scheduled& e : sched)
+      if (e.seq->group == g) return;
+    ++rep.idle_admissions;
+    ++stats_.idle_admissions;
+  };
   // 2. Swapped requests come back first (FIFO), when their blocks and next tokens fit.
   while (!preempted && !swapped_.empty() && running_seqs + swapped_.front()->width() <= cfg_.max_num_seqs &&
          budget > 0) {
@@ -484,6 +503,7 @@ StepReport Engine::step() {
     swap_in(*g);
     running_seqs += int(g->seqs.size());
     for (Seq* s : g->seqs) add(s);
+    count_idle(g);
   }
   // 3. New (and recompute-preempted) requests, FIFO, admitted by free blocks: each
   //    sequence's tokens plus one must fit, minus the blocks a prefix-cache hit provides.
@@ -532,6 +552,7 @@ StepReport Engine::step() {
     running_.push_back(g);
     running_seqs += int(g->seqs.size());
     for (Seq* s : g->seqs) add(s);
+    count_idle(g);
   }
 
   rep.waiting = int(waiting_.size() + pending_.size());
@@ -540,8 +561,9 @@ StepReport Engine::step() {
   ++stats_.steps;
   if (sched.empty()) {
     report_blocks(rep);
-    // Nothing ran: fine while requests are still to arrive, a bug otherwise.
-    PA_REQUIRE(!pending_.empty() || (waiting_.empty() && swapped_.empty()),
+    // Nothing ran: fine while requests are still to arrive or after a preemption (the next
+    // step readmits), a bug otherwise.
+    PA_REQUIRE(!pending_.empty() || preempted || (waiting_.empty() && swapped_.empty()),
                "scheduler stuck at step " << rep.step << ": " << waiting_.size() << " waiting and "
                                           << swapped_.size() << " swapped requests, none admitted");
     return rep;

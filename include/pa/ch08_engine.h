@@ -160,6 +160,10 @@ struct StepReport {
   int blocks_in_use = 0;        // distinct blocks owned by running sequences
   int blocks_unshared = 0;      // what they would own if nothing were shared: sum of their block lists
   int copies = 0;               // copy-on-write block copies run before this step
+  // Requests swapped in or admitted this step that compute nothing in it: their next token
+  // did not fit after all. The admission checks count it, so never more than 0 (a request
+  // that comes back only to be preempted again moves blocks for nothing).
+  int idle_admissions = 0;
 };
 
 struct EngineStats {
@@ -171,6 +175,7 @@ struct EngineStats {
   int64_t sum_allocated_slots = 0, sum_used_slots = 0, peak_wasted_slots = 0;
   int peak_blocks_in_use = 0, peak_blocks_unshared = 0;
   int graph_steps = 0;          // steps replayed from a CUDA graph
+  int idle_admissions = 0;      // StepReport::idle_admissions, summed
   int64_t sum_blocks_in_use = 0, sum_blocks_unshared = 0;
 };
 
@@ -194,6 +199,8 @@ class Engine {
   // Per request with one greedy or sampled sequence (record_logits): the logits of each token.
   const std::map<int, std::vector<std::vector<float>>>& logits() const { return logits_; }
   const EngineStats& stats() const { return stats_; }
+  // How many times request `id` was preempted so far (swapped out or dropped for recompute).
+  int preemptions_of(int id) const;
   const CachingBlockManager& blocks() const { return blocks_; }
   CachingBlockManager& blocks() { return blocks_; }
   int host_blocks_free() const { return host_alloc_.num_free(); }

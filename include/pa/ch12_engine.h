@@ -84,6 +84,9 @@ struct HybridStepReport {
   // Blocks in some table after the step's appends, before the step's dead blocks go back:
   // the most the step holds.
   int blocks_held = 0;
+  // Requests swapped in or admitted this step that compute nothing in it (their next token
+  // did not fit after all): never more than 0, as in chapter 8's StepReport.
+  int idle_admissions = 0;
   // Per running sequence: (tokens computed before the step, new tokens this step; 0 when
   // not scheduled). What a prediction of blocks_held needs, apart from the manager.
   std::vector<std::pair<int, int>> seqs;
@@ -112,6 +115,8 @@ class HybridEngine {
   const std::map<int, std::vector<int>>& outputs() const { return outputs_; }
   const std::map<int, std::vector<std::vector<float>>>& logits() const { return logits_; }
   const HybridEngineStats& stats() const { return stats_; }
+  // How many times request `id` was preempted so far (swapped out or dropped for recompute).
+  int preemptions_of(int id) const;
   const HybridBlockManager& blocks() const { return *blocks_; }
   ch08::PagedKV& kv() { return kv_; }
 
@@ -120,6 +125,7 @@ class HybridEngine {
     int id = 0, seq = -1, prompt_len = 0, max_new_tokens = 0, arrival_step = 0;
     std::vector<int> tokens;  // prompt, then the generated tokens
     int num_computed = 0;
+    int preemptions = 0;
     std::vector<std::vector<int>> host_blocks;  // swapped out: per group, per entry (-1: null)
   };
   void preempt(Req& victim);
@@ -151,6 +157,13 @@ class HybridEngine {
 // Summed over the model's groups (free_windows false: every group full).
 int predicted_blocks(const std::vector<int>& group_windows, bool free_windows, int block_size, int computed,
                      int new_tokens);
+// The most predicted_blocks(c, 1) over the one-token steps c = 0 .. last: what a sequence
+// holds at its peak when it computes one token a step. A step holds more than the blocks
+// between steps (restore_blocks): the block of its new token, and the window's left edge
+// before the step moves it. add_request refuses a request whose peak over every step it
+// can take (last = prompt + max_new_tokens - 2: the last output token is chosen, never
+// computed) is beyond the pool; such a request could never be served, alone or not.
+int peak_blocks(const std::vector<int>& group_windows, bool free_windows, int block_size, int last);
 // ANCHOR_END: predicted_blocks
 
 }  // namespace pa::ch12

@@ -47,6 +47,16 @@ void MlaStepAttention::plan(const std::vector<ch03::BatchMetadata>& groups, cons
     const int num_tokens = p.query_start_loc.back();
     PA_REQUIRE(batch.slot_mapping.size() == size_t(num_tokens),
                "MlaStepAttention: " << batch.slot_mapping.size() << " slots for " << num_tokens << " new tokens");
+    // The writer stores each new token's row at its slot, unchecked on the device: a slot
+    // past the pool writes past it. Every new token's row is read by the step (its own
+    // key), so padding (a negative slot) has no place here either.
+    const int64_t pool_slots = int64_t(pool.num_blocks) * pool.block_size;
+    for (size_t i = 0; i < batch.slot_mapping.size(); ++i)
+      PA_REQUIRE(batch.slot_mapping[i] >= 0 && batch.slot_mapping[i] < pool_slots,
+                 "MlaStepAttention: slot_mapping[" << i << "] = " << batch.slot_mapping[i] << " (new token " << i
+                                                   << " of layer group " << g << ") is outside the latent pool of "
+                                                   << pool.num_blocks << " blocks x " << pool.block_size << " = "
+                                                   << pool_slots << " slots");
     const MlaShape s{int(p.seq_lens.size()), num_tokens, cache.num_q_heads, pool.block_size, pool.num_blocks,
                      batch.max_blocks_per_seq};
     check_mla_shape(s);

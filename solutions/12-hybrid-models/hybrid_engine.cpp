@@ -27,6 +27,12 @@ int predicted_blocks(const std::vector<int>& group_windows, bool free_windows, i
 }
 // ANCHOR_END: predicted_blocks_impl
 
+int peak_blocks(const std::vector<int>& group_windows, bool free_windows, int block_size, int last) {
+  int most = 0;
+  for (int c = 0; c <= last; ++c) most = std::max(most, predicted_blocks(group_windows, free_windows, block_size, c, 1));
+  return most;
+}
+
 HybridEngine::HybridEngine(ch08::TinyModel& model, const HybridEngineConfig& cfg)
     : model_(model),
       cfg_(cfg),
@@ -59,13 +65,19 @@ void HybridEngine::add_request(const ch08::EngineRequest& r) {
     PA_REQUIRE(t >= 0 && t < vocab, "request " << r.id << ": token " << t << " is outside the vocabulary of " << vocab);
   PA_REQUIRE(r.sampling.temperature == 0.f && r.sampling.n == 1 && r.sampling.beam_width == 0,
              "request " << r.id << ": the hybrid engine decodes greedily, one sequence per request");
-  const int total = int(r.prompt.size()) + r.max_new_tokens;
+  // (In 64 bits: max_new_tokens near INT_MAX must not wrap to a small total.)
+  const int64_t total = int64_t(r.prompt.size()) + int64_t(r.max_new_tokens);
   PA_REQUIRE(total <= cfg_.max_seq_len,
-             "request " << r.id << ": prompt + output = " << total << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
-  // Its largest step: the whole prompt as one chunk, or any later token.
-  const int most = std::max(blocks_->restore_blocks(total), blocks_->restore_blocks(int(r.prompt.size())));
+             "request " << r.id << ": prompt + output = " << r.prompt.size() << " + " << r.max_new_tokens << " = "
+                        << total << " tokens is beyond max_seq_len " << cfg_.max_seq_len);
+  // The pool must hold its peak step, one token a step (the least any schedule needs; the
+  // scheduler shortens a chunk that does not fit): a request above it could never be served.
+  const int last = int(total) - 2;  // the last position it computes
+  const int most = peak_blocks(model_.config().group_windows(), cfg_.free_windows, cfg_.block_size, last);
   PA_REQUIRE(most <= blocks_->num_blocks() - 1,
-             "request " << r.id << " needs up to " << most << " blocks, the pool has " << blocks_->num_blocks() - 1);
+             "request " << r.id << " needs up to " << most << " blocks (its peak step, one token a step: prompt + output = "
+                        << total << " tokens), the pool has " << blocks_->num_blocks() - 1
+                        << " (num_blocks " << blocks_->num_blocks() << ", block 0 is the null block)");
   auto q = std::make_unique<Req>();
   q->id = r.id;
   q->prompt_len = int(r.prompt.size());
@@ -76,6 +88,12 @@ void HybridEngine::add_request(const ch08::EngineRequest& r) {
                              [](int step, const Req* x) { return step < x->arrival_step; });
   pending_.insert(at, q.get());
   reqs_.emplace(r.id, std::move(q));
+}
+
+int HybridEngine::preemptions_of(int id) const {
+  auto it = reqs_.find(id);
+  PA_REQUIRE(it != reqs_.end(), "preemptions_of: unknown request " << id);
+  return it->second->preemptions;
 }
 
 bool HybridEngine::done() const {
@@ -97,6 +115,7 @@ void HybridEngine::preempt(Req& victim) {
   PA_REQUIRE(!running_.empty() && running_.back() == &victim, "preempt: only the newest running request");
   running_.pop_back();
   ++stats_.preemptions;
+  ++victim.preemptions;
   int live = 0;
   for (int g = 0; g < blocks_->num_groups(); ++g)
     for (int b : blocks_->block_list(g, victim.seq)) live += b != kNullBlock;
@@ -179,16 +198,33 @@ HybridStepReport HybridEngine::step() {
     return blocks_->step_blocks(ids, counts);
   };
   auto fits = [&](const Req* r, int n) { return takes(r, n) <= blocks_->num_free(); };
-  // 1. Running requests, oldest first; no room: the newest is preempted (maybe this one).
+  // Schedules the longest chunk of r's uncomputed tokens that the budget and the free
+  // blocks allow (none when not even one token fits); returns its length.
+  auto longest_fit = [&](Req* r) -> int {
+    int n = std::min(int(r->tokens.size()) - r->num_computed, budget), lo = 0;
+    if (!fits(r, n)) {
+      while (n - lo > 1) {
+        const int mid = (lo + n) / 2;
+        (fits(r, mid) ? lo : n) = mid;
+      }
+      n = lo;
+    }
+    if (n == 0) return 0;
+    sched.push_back({r, n});
+    budget -= n;
+    return n;
+  };
+  // 1. Running requests, oldest first, each its longest chunk that fits: a shorter chunk
+  //    before anything is preempted. Not even one token fits: the newest is preempted
+  //    (maybe this one). The oldest alone always fits one token (add_request's bound).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Req* r = running_[i];
-    const int n = std::min(int(r->tokens.size()) - r->num_computed, budget);
     // A running request has its next token to compute (a step ends with a token chosen).
-    PA_REQUIRE(n > 0, "HybridEngine: request " << r->id << " is running with nothing to compute ("
-                                               << r->num_computed << " of its " << r->tokens.size()
-                                               << " tokens computed)");
+    PA_REQUIRE(int(r->tokens.size()) > r->num_computed,
+               "HybridEngine: request " << r->id << " is running with nothing to compute (" << r->num_computed
+                                        << " of its " << r->tokens.size() << " tokens computed)");
     bool gone = false;
-    while (!fits(r, n)) {
+    while (!fits(r, 1)) {
       Req* victim = running_.back();
       preempt(*victim);
       ++rep.preempted;
@@ -198,46 +234,41 @@ HybridStepReport HybridEngine::step() {
       }
     }
     if (gone) break;
-    sched.push_back({r, n});
-    budget -= n;
-  }
-  // 2. Swapped requests come back first (FIFO), when their live blocks fit.
-  auto longest_fit = [&](Req* r) {
-    int n = std::min(int(r->tokens.size()) - r->num_computed, budget), lo = 0;
-    if (!fits(r, n)) {
-      while (n - lo > 1) {
-        const int mid = (lo + n) / 2;
-        (fits(r, mid) ? lo : n) = mid;
-      }
-      n = lo;
-    }
-    if (n == 0) return;
-    sched.push_back({r, n});
-    budget -= n;
-  };
-  while (rep.preempted == 0 && !swapped_.empty() && int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
-    Req* r = swapped_.front();
-    if (blocks_->restore_blocks(r->num_computed) > blocks_->num_free() - takes(nullptr, 0)) break;
-    swapped_.pop_front();
-    swap_in(*r);
     longest_fit(r);
   }
+  // 2. Swapped requests come back first (FIFO), when their live blocks and the block of
+  //    their next token fit beside what the step takes.
+  const std::vector<int> windows = model_.config().group_windows();
+  int admitted = 0;
+  while (rep.preempted == 0 && !swapped_.empty() && int(running_.size()) < cfg_.max_num_seqs && budget > 0) {
+    Req* r = swapped_.front();
+    const int need = predicted_blocks(windows, cfg_.free_windows, cfg_.block_size, r->num_computed, 1);
+    if (need > blocks_->num_free() - takes(nullptr, 0)) break;
+    swapped_.pop_front();
+    swap_in(*r);
+    ++admitted;
+    rep.idle_admissions += longest_fit(r) == 0;
+  }
   // 3. Waiting requests, FIFO, while the footprint of the prompt and its next token fits
-  //    beside what the step takes; the first chunk is as long as the free blocks allow.
+  //    beside what the step takes (the peak of one-token steps through them: never more
+  //    than add_request's bound); the first chunk is as long as the free blocks allow.
   //    With prefix caching a request starts after its cached prefix (its last token is
   //    always computed: its logits choose the next token).
   while (rep.preempted == 0 && swapped_.empty() && !waiting_.empty() && int(running_.size()) < cfg_.max_num_seqs &&
          budget > 0) {
     Req* r = waiting_.front();
-    if (blocks_->restore_blocks(int(r->tokens.size()) + 1) > blocks_->num_free() - takes(nullptr, 0)) break;
+    const int last = std::min(int(r->tokens.size()), r->prompt_len + r->max_new_tokens - 2);
+    if (peak_blocks(windows, cfg_.free_windows, cfg_.block_size, last) > blocks_->num_free() - takes(nullptr, 0))
+      break;
     waiting_.pop_front();
+    ++admitted;
     r->seq = next_seq_++;
     const int hit = blocks_->match_prefix(r->tokens, int(r->tokens.size()) - 1);  // 0 when caching is off
     blocks_->add_sequence(r->seq, r->tokens, hit);
     r->num_computed = hit;
     stats_.prefix_hit_tokens += hit;
     running_.push_back(r);
-    longest_fit(r);
+    rep.idle_admissions += longest_fit(r) == 0;
   }
   rep.waiting = int(waiting_.size() + pending_.size() + swapped_.size());
   rep.running = int(running_.size());
@@ -246,7 +277,9 @@ HybridStepReport HybridEngine::step() {
   ++stats_.steps;
   if (sched.empty()) {
     rep.blocks_held = blocks_->num_held();
-    PA_REQUIRE(!pending_.empty() || (waiting_.empty() && swapped_.empty()),
+    // Nothing ran: fine while requests are still to arrive, or after a preemption or an
+    // admission (the next step schedules them); a bug otherwise.
+    PA_REQUIRE(!pending_.empty() || rep.preempted > 0 || admitted > 0 || (waiting_.empty() && swapped_.empty()),
                "scheduler stuck at step " << rep.step << ": " << waiting_.size() << " waiting and " << swapped_.size()
                                           << " swapped, none admitted");
     return rep;

@@ -255,6 +255,26 @@ TEST(PrefixCache, EvictedBlocksAreReusedCorrectly) {
   EXPECT_EQ(engine.blocks().num_free(), cfg.num_blocks);
 }
 
+// Which block of a released chain goes first: the deepest. A prefix is found only through
+// its first blocks, so evicting the root (block 0) would lose every block after it at once;
+// evicting the last keeps a hit of two blocks.
+TEST(PrefixCache, OneEvictionTakesTheChainsLastBlockNotItsRoot) {
+  pa::ch08::CachingBlockManager m(3, 8);
+  const std::vector<int> prompt = random_tokens(24, 16);
+  m.add_sequence(0);
+  m.append_slots(0, 24);
+  m.commit(0, prompt, 24);
+  const std::vector<int> chain = m.block_list(0);
+  m.release(0);
+  ASSERT_EQ(m.match_prefix(prompt, 24), chain) << "the three blocks are cached";
+  m.add_sequence(1);
+  m.append_slots(1, 1);  // the pool has no free block: one eviction
+  EXPECT_EQ(m.evictions(), 1);
+  EXPECT_EQ(m.block_list(1), std::vector<int>{chain[2]}) << "the chain's last (deepest) block is evicted first";
+  EXPECT_EQ(m.match_prefix(prompt, 24), std::vector<int>(chain.begin(), chain.begin() + 2))
+      << "one eviction must leave a hit of the chain's first two blocks";
+}
+
 TEST(PrefixCache, HashChainsTheParent) {
   const std::vector<int> t = random_tokens(16, 15);
   EXPECT_EQ(pa::ch08::block_hash(1, t.data(), 16), pa::ch08::block_hash(1, t.data(), 16));
@@ -340,6 +360,10 @@ TEST(EngineErrors, BadRequestsAreRefused) {
   EXPECT_TRUE(pa::test::contains_text(add({0, {1, 999}, 4, 0}), "token 999 is outside the vocabulary"));
   EXPECT_TRUE(pa::test::contains_text(add({0, random_tokens(60, 1), 8, 0}), "beyond max_seq_len 64"));
   EXPECT_TRUE(pa::test::contains_text(add({0, {1}, 0, 0}), "asks for 0 new tokens"));
+  // Summed in 32 bits, 2 + INT_MAX wrapped to a negative total that passed every check.
+  EXPECT_TRUE(pa::test::contains_text(add({5, {1, 2}, 2147483647, 0}),
+                                      "request 5: prompt + output = 2 + 2147483647 = 2147483649 tokens is beyond "
+                                      "max_seq_len 64"));
   EXPECT_EQ(add({0, {1}, 1, 0}), "(no error)");
   EXPECT_TRUE(pa::test::contains_text(add({0, {1}, 1, 0}), "already added"));
   EngineConfig small = roomy();

@@ -34,6 +34,38 @@ TEST(MlaErrors, WrongWidths) {
                              "a latent row is c_kv 512 + k_rope 64 = 576 wide, got 512 + 128"));
 }
 
+// Issue 59: plan() had the slots and the pool's shape, but checked only how many slots
+// there were; slot 5000 on a pool of 4 x 16 slots then crashed in the latent writer.
+TEST(MlaErrors, PlanRefusesASlotOutsideTheLatentPool) {
+  ch03::BatchMetadata md;
+  md.num_seqs = 2;
+  md.max_blocks_per_seq = 1;
+  md.block_table = {2, 3};
+  md.context_lens = {1, 2};
+  md.query_start_loc = {0, 1, 3};
+  ch08::StepCache cache;
+  cache.pool = ch02::PoolShape{4, 16, 1, 576};
+  cache.num_q_heads = 16;
+  cache.dtype = DType::fp16;
+  cache.latent = true;
+  cache.latent_dim = 512;
+  cache.rope_dim = 64;
+  ch11::MlaStepAttention attention;
+  auto plan_slots = [&](std::vector<int64_t> slots) {
+    md.slot_mapping = slots;
+    attention.plan({md}, cache);
+  };
+  EXPECT_TRUE(error_contains([&] { plan_slots({32, 48, 5000}); },
+                             "MlaStepAttention: slot_mapping[2] = 5000 (new token 2 of layer group 0) is outside the "
+                             "latent pool of 4 blocks x 16 = 64 slots"));
+  EXPECT_TRUE(error_contains([&] { plan_slots({64, 48, 49}); }, "slot_mapping[0] = 64 (new token 0"))
+      << "one past the last slot";
+  EXPECT_TRUE(error_contains([&] { plan_slots({32, -1, 49}); }, "slot_mapping[1] = -1 (new token 1"))
+      << "every new token's row is read: no padding";
+  EXPECT_NO_THROW(plan_slots({63, 0, 49})) << "the first and the last slot of the pool";
+  EXPECT_EQ(attention.steps_planned(), 1);
+}
+
 TEST(MlaErrors, FourWarpBlockOnALargeTile) {
   ch11::MlaDecode m;
   m.set_block(ch11::MlaBlock::four_warps);

@@ -81,6 +81,16 @@ Served serve(pa::ch08::TinyModel& model, bool free_windows, int num_blocks, int 
     if (!rep.seqs.empty() && want != rep.blocks_held && out.mismatched_steps++ == 0)
       out.first_mismatch = "step " + std::to_string(rep.step) + ": held " + std::to_string(rep.blocks_held) +
                            ", the closed form says " + std::to_string(want);
+    // After the step, each window has given back what no later query sees: every live
+    // sequence holds the closed form at its new length (nothing new: n = 0).
+    int after = 0;
+    const pa::ch12::HybridBlockManager& m = engine.blocks();
+    for (int id = 0; id < 256; ++id)
+      if (m.has_sequence(id)) after += pa::ch12::predicted_blocks(windows, free_windows, 8, m.length(id), 0);
+    if (!prefix_caching && after != m.num_held() && out.mismatched_steps++ == 0)
+      out.first_mismatch = "after step " + std::to_string(rep.step) + ": held " + std::to_string(m.num_held()) +
+                           " blocks, the closed form at the new lengths says " + std::to_string(after) +
+                           " (dead blocks not given back after the step)";
   });
   EXPECT_EQ(engine.blocks().num_held(), 0) << "blocks leaked";
   EXPECT_EQ(engine.blocks().num_free(), num_blocks - 1) << "blocks leaked";

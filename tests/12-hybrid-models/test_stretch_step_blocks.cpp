@@ -5,6 +5,7 @@
 // compares thousands of steps with what their appends took.
 #include <gtest/gtest.h>
 
+#include "pa/ch12_engine.h"
 #include "pa/ch12_hybrid.h"
 
 namespace {
@@ -57,6 +58,54 @@ TEST(StretchStepBlocks, TheLastOwnerOfASharedTailWritesInPlace) {
       << "three owners of each tail append: two copies per group, the third writes in place";
   EXPECT_EQ(m.step_blocks({1, 2}, {1, 1}), 4) << "two of three owners append: both copy";
   EXPECT_EQ(m.step_blocks({1}, {5}), 4) << "per group: the tail's copy, and a new block for positions 16..";
+}
+
+// The engine's admission bound against your step_blocks: a sequence alone, one token a
+// step, its dead blocks left to each append (whose freeing comes first). Before the step
+// from c it holds what the step from c - 1 left, predicted_blocks(c - 1, 1), and the step
+// needs step_blocks more: the pool it needs is the larger of the two closed forms (the old
+// blocks, or the step's after its frees), so the steps' peak is peak_blocks, what
+// add_request asks of the pool. A pool of that peak serves every step; one block less runs
+// out. (Windows of bs + 1 and 1 free a block in the very step that starts a new one: an
+// upper bound that gives nothing back first counts one too many there.)
+TEST(StretchStepBlocks, OneTokenStepsPeakAtTheEnginesAdmissionBound) {
+  for (int bs : {8, 16}) {
+    const std::vector<std::vector<int>> patterns = {{3, 0}, {bs + 1}, {0, 2 * bs, 1}, {100, 0}};
+    for (const auto& windows : patterns) {
+      std::vector<pa::ch12::LayerGroup> groups;
+      for (int w : windows) groups.push_back(w > 0 ? sliding_group(w) : full_group());
+      const int last = 3 * bs + 2, peak = pa::ch12::peak_blocks(windows, true, bs, last);
+      for (int usable : {peak, peak - 1}) {
+        HybridBlockManager m(usable + 1, bs, groups);
+        m.add_sequence(1);
+        int most = 0, ran_out_at = -1;
+        for (int c = 0; c <= last; ++c) {
+          const int need = m.num_held() + m.step_blocks({1}, {1});
+          const int before = c > 0 ? pa::ch12::predicted_blocks(windows, true, bs, c - 1, 1) : 0;
+          if (usable == peak) {
+            ASSERT_EQ(need, std::max(before, pa::ch12::predicted_blocks(windows, true, bs, c, 1)))
+                << "block size " << bs << ", windows " << ::testing::PrintToString(windows) << ", the step from " << c
+                << " computed tokens: held " << m.num_held() << " + step_blocks "
+                << m.step_blocks({1}, {1}) << " (its dead blocks go back first)";
+          }
+          most = std::max(most, need);
+          try {
+            m.append_slots(1, 1);
+          } catch (const pa::ch02::OutOfBlocks&) {
+            ran_out_at = c;
+            break;
+          }
+        }
+        if (usable == peak) {
+          EXPECT_EQ(most, peak) << "block size " << bs << ", windows " << ::testing::PrintToString(windows);
+          EXPECT_EQ(ran_out_at, -1) << "a pool of the peak must serve every one-token step";
+        } else {
+          EXPECT_GE(ran_out_at, 0) << "block size " << bs << ", windows " << ::testing::PrintToString(windows)
+                                   << ": a pool one block below the peak must run out";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
