@@ -26,6 +26,7 @@ phase_times=$logs/phase-times.tsv
 : > "$phase_times"
 [ -n "${PA_CI_SETUP_SECONDS:-}" ] && printf 'set-up and doctor\t%s\n' "$PA_CI_SETUP_SECONDS" >> "$phase_times"
 phase_start=$SECONDS
+run_start=$(( $(date +%s) - ${PA_CI_SETUP_SECONDS:-0} ))
 phase_end() {
     printf '%s\t%s\n' "$1" $((SECONDS - phase_start)) >> "$phase_times"
     phase_start=$SECONDS
@@ -83,6 +84,7 @@ step() {
 # runs them one at a time.
 queued_names=()
 queued_cmds=()
+queued_order=()
 queue() {
     queued_names+=("$1")
     shift
@@ -242,6 +244,8 @@ checked_shards() {
     case "$1" in 11) echo 6 ;; 10) echo 4 ;; 09) echo 3 ;; 08) echo 2 ;; *) echo 1 ;; esac
 }
 
+# The property tests' rotating seeds come from the commit (tests/common/commit_seed.h).
+export PA_COMMIT=${PA_COMMIT:-$(git rev-parse HEAD 2> /dev/null || true)}
 echo "== make $scope ($backend backend, build in $build)"
 step "build everything" cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 phase_end "build"
@@ -264,21 +268,33 @@ if [ "$backend" = cpu ]; then
 else
     step "emulator semantics tests on the GPU" "$build/tests/emu/test_emu"
 fi
-for dir in solutions/[0-9][0-9]-*/; do
+# make test runs them one after another, in chapter order, as a student reads them. make ci
+# runs the same ones two at a time, the longest first: a test run keeps about 1.4 of the two
+# cores busy (chapter 11's 36.7 s: 51.4 s of CPU), so side by side they take about a quarter
+# less (the order of their lines is the order they end).
+run_or_queue() { if [ "$scope" = test ]; then step "$@"; else queue "$@"; fi; }
+for dir in $(printf '%s\n' solutions/1[12]-*/ solutions/0[8]-*/ | sort) \
+           $(printf '%s\n' solutions/[0-9][0-9]-*/ | grep -vE '/(08|11|12)-'); do
+    [ "$scope" = test ] && break
+    queued_order+=("$dir")
+done
+[ "$scope" = test ] && queued_order=(solutions/[0-9][0-9]-*/)
+for dir in "${queued_order[@]}"; do
     slug=$(basename "$dir")
     num=${slug%%-*}
     if [ "$backend" = cpu ]; then
         # (The JSON report's times order the exercise mutants' runs below: cheap tests first.)
-        step "chapter $num solution tests, schedule forward" \
+        run_or_queue "chapter $num solution tests, schedule forward" \
             env PA_EMU_SCHEDULE=forward "$build/test_ch${num}_solution" \
             --gtest_output="json:$logs/test_ch${num}_solution.json"
     else
-        step "chapter $num solution tests" "$build/test_ch${num}_solution"
+        run_or_queue "chapter $num solution tests" "$build/test_ch${num}_solution"
     fi
-    step "chapter $num skeleton compiles and fails its tests" skeleton_fails "$build/test_ch${num}_chapter"
+    run_or_queue "chapter $num skeleton compiles and fails its tests" skeleton_fails "$build/test_ch${num}_chapter"
 done
-step "chapter 10's decode cases equal chapter 9's kernels (test_ch10_vs_ch09_solution)" \
+run_or_queue "chapter 10's decode cases equal chapter 9's kernels (test_ch10_vs_ch09_solution)" \
     env PA_EMU_SCHEDULE=forward "$build/test_ch10_vs_ch09_solution"
+[ "$scope" = test ] || run_queue 2
 step "the serving demo runs (make demo)" "$build/demo/serve" --quiet
 step "the tour runs (make tour)" "$build/demo/tour"
 
@@ -314,40 +330,6 @@ if [ "$backend" = cpu ]; then
     # cap PHASE: the phase's deadline (seconds since the epoch), or empty for make ci-full.
     cap() { [ "$scope" = full ] || echo $(($(date +%s) + $(budget cap "$1"))); }
 
-    for order in reverse greedy random:1; do
-        step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"
-    done
-    # (Not chapter 8's random traces under memory pressure, 29 of its 44 s, nor chapters
-    # 10-12's engine tests: host code around kernels whose own tests run here. The traces
-    # run again below, 400 of them.)
-    for num in $selected; do
-        filter=()
-        [ "$num" = 08 ] && filter=(--gtest_filter=-PressureProperty.*)
-        [ "$num" -ge 10 ] && filter=(--gtest_filter=-*InTheEngine*)
-        queue "chapter $num solution tests, schedule greedy" \
-            env PA_EMU_SCHEDULE=greedy "$build/test_ch${num}_solution" "${filter[@]}"
-    done
-    # Chapter 8's random traces, many more than the chapter's own run of them (its forward
-    # run above: 150 with a fixed seed, 50 with the commit's), when chapter 8 is selected.
-    if grep -qw 08 <<<"$selected"; then
-        queue "chapter 08: 400 random traces under memory pressure (PA_PRESSURE_TRACES=400)" \
-            env PA_PRESSURE_TRACES=400 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \
-            --gtest_filter='PressureProperty.*'
-    fi
-    run_queue 1 "$(cap "greedy schedule and traces")"
-    phase_end "greedy schedule and traces"
-
-    # Core and stretch apart: the "core done" tree of each selected chapter with stretch
-    # exercises, built and run one chapter at a time until the phase's cap.
-    stretchy=$("$python" tools/make_skeletons.py --list-stretch)
-    deadline=$(cap "core done")
-    for num in $selected; do
-        grep -qw "$num" <<<"$stretchy" || continue
-        if [ -n "$deadline" ] && [ "$(date +%s)" -ge "$deadline" ]; then cut "core done, chapter $num"; continue; fi
-        step "core done, chapter $num: core tests pass with every stretch exercise a stub, Stretch suites fail" \
-            core_done "$num"
-    done
-    phase_end "core done"
 fi
 
 step "the book's figures are drawn from the reference (pytest book/figures)" \
@@ -377,6 +359,61 @@ if [ "$backend" = cpu ]; then
         bash -c "bash tools/run_mutants.sh $(echo $shown) --jobs $(nproc 2>/dev/null || echo 2) --record '$fresh' &&
                  bash tools/compare_recorded.sh '$fresh' book/src/recorded/mutants"
     phase_end "planted bugs the book shows"
+
+    # The capped phases share what is left of the run's budget (tools/ci_budget.py): the cold
+    # one (60 slow-machine minutes) when the build compiled, the warm one (30) when the
+    # compiler cache served it; counted from the run's start (.ci/run's set-up included).
+    export PA_CI_START=${PA_CI_START:-$run_start}
+    PA_CI_TARGET=$(budget target "$(sed -nE 's/^build\t//p' "$phase_times")")
+    export PA_CI_TARGET
+    [ "$scope" = full ] || echo "  budget: $((PA_CI_TARGET / 60)) slow-machine minutes, $(awk -v t="$PA_CI_TARGET" -v f="$PA_CI_SPEED" 'BEGIN { printf "%.1f", t * f / 60 }') here ($([ "$PA_CI_TARGET" -ge 3600 ] && echo "cold: the build compiled" || echo "warm: the build came from the compiler cache")); the capped phases share what is left of it"
+    for order in reverse greedy random:1; do
+        step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"
+    done
+    # (Not chapter 8's random traces under memory pressure, 29 of its 44 s, nor chapters
+    # 10-12's engine tests: host code around kernels whose own tests run here. The traces
+    # run again below, 400 of them.)
+    for num in $selected; do
+        filter=()
+        [ "$num" = 08 ] && filter=(--gtest_filter=-PressureProperty.*)
+        [ "$num" -ge 10 ] && filter=(--gtest_filter=-*InTheEngine*)
+        queue "chapter $num solution tests, schedule greedy" \
+            env PA_EMU_SCHEDULE=greedy "$build/test_ch${num}_solution" "${filter[@]}"
+    done
+    # Chapter 8's random traces, many more than the chapter's own run of them (its forward
+    # run above: 150 with a fixed seed, 50 with the commit's), when chapter 8 is selected.
+    if grep -qw 08 <<<"$selected"; then
+        queue "chapter 08: 400 random traces under memory pressure (PA_PRESSURE_TRACES=400)" \
+            env PA_PRESSURE_TRACES=400 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \
+            --gtest_filter='PressureProperty.*'
+    fi
+    # Chapters 11 and 12's engines on more random traces than their own runs (issue 59's
+    # property tests: make test runs 60 + 20 hybrid traces and 12 + 4 MLA ones).
+    if grep -qw 12 <<<"$selected"; then
+        queue "chapter 12: 300 random hybrid-engine traces (PA_HYBRID_TRACES=300)" \
+            env PA_HYBRID_TRACES=300 PA_EMU_SCHEDULE=forward "$build/test_ch12_solution" \
+            --gtest_filter='HybridTracesInTheEngine.*:StretchPrefixHitInTheEngine.RandomTraces*'
+    fi
+    if grep -qw 11 <<<"$selected"; then
+        queue "chapter 11: 48 random MLA-engine traces (PA_MLA_TRACES=48)" \
+            env PA_MLA_TRACES=48 PA_EMU_SCHEDULE=forward "$build/test_ch11_solution" \
+            --gtest_filter='MlaTracesInTheEngine.*'
+    fi
+    run_queue 1 "$(cap "greedy schedule and traces")"
+    phase_end "greedy schedule and traces"
+
+    # Core and stretch apart: the "core done" tree of each selected chapter with stretch
+    # exercises, built and run one chapter at a time until the phase's cap.
+    stretchy=$("$python" tools/make_skeletons.py --list-stretch)
+    deadline=$(cap "core done")
+    for num in $selected; do
+        grep -qw "$num" <<<"$stretchy" || continue
+        if [ -n "$deadline" ] && [ "$(date +%s)" -ge "$deadline" ]; then cut "core done, chapter $num"; continue; fi
+        step "core done, chapter $num: core tests pass with every stretch exercise a stub, Stretch suites fail" \
+            core_done "$num"
+    done
+    phase_end "core done"
+
     others=$(for m in $("$python" tools/run_mutants.py --list | awk '{print $1}'); do
                  grep -qxF "$m" <<<"$shown" || { grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; }; done)
     if [ -n "$others" ]; then

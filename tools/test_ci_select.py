@@ -123,3 +123,31 @@ def test_the_order_a_cap_cuts_from_moves_on_with_each_commit():
     assert cs.rotated([], 4) == []
     firsts = {cs.rotated(CHAPTERS, k)[0] for k in range(len(CHAPTERS))}
     assert firsts == set(CHAPTERS)
+
+
+# tools/ci_budget.py: the run's budget and the capped phases' share of what is left of it.
+import ci_budget as cb  # noqa: E402
+
+
+def test_a_build_served_from_the_cache_is_held_to_the_warm_budget(monkeypatch):
+    monkeypatch.setenv("PA_CI_SPEED", "0.5")
+    assert cb.target(cb.SHARES["build"][0] * 0.5) == cb.BUDGET
+    assert cb.target(60) == cb.WARM_BUDGET
+
+
+def test_the_capped_phases_share_what_is_left_and_the_last_takes_the_rest(monkeypatch):
+    monkeypatch.setenv("PA_CI_SPEED", "0.5")
+    monkeypatch.setenv("PA_CI_START", "1000")
+    monkeypatch.setenv("PA_CI_TARGET", "3600")
+    left = (3600 - cb.RESERVE) * 0.5 - 500  # 500 s into the run
+    weights = sum(cb.SHARES[p][0] for p in cb.CAPPED)
+    first = cb.CAPPED[0]
+    assert cb.cap(first, now=1500) == round(left * cb.SHARES[first][0] / weights)
+    assert cb.cap(cb.CAPPED[-1], now=1500) == round(left)
+    assert cb.cap(first, now=1000 + 3600) == 0  # past the budget: nothing starts
+    monkeypatch.delenv("PA_CI_START")
+    assert cb.cap(first) == round(cb.SHARES[first][0] * 0.5)  # by hand: its own share
+
+
+def test_the_shares_fit_the_budget():
+    assert sum(share for share, _ in cb.SHARES.values()) + cb.RESERVE <= cb.BUDGET
