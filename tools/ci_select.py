@@ -132,17 +132,26 @@ def directed_chapters(changed, inputs, chapters):
         return {n: f"{harness[0]} changed (builds or judges every chapter)" for n in chapters}
     why = {}
     for n in chapters:
-        for f in changed:
-            m = MUTANT_FILE.match(f)
-            if (m and m.group(1) == n) or f in inputs.get(n, ()):
-                why[n] = f
-                break
+        hits = [f for f in changed
+                 if (MUTANT_FILE.match(f) or CHAPTER_DIR.match(f) or [None, None])[1] == n
+                 or f in inputs.get(n, ())]
+        if hits:  # its own file first, as the reason
+            why[n] = sorted(hits, key=lambda f: (not (CHAPTER_DIR.match(f) or MUTANT_FILE.match(f)
+                                                      or [None, None])[1] == n, f))[0]
     return why
 
 
 def rotation(items, k, share):
     """The items whose place in the sorted list is k mod share."""
     return [x for i, x in enumerate(sorted(items)) if i % share == k % share]
+
+
+def own_change(n, why):
+    """Whether chapter N is directed by a file of its own (its solution, skeleton, tests or
+    mutants), not only through what it is built on."""
+    f = why.get(n, "")
+    m = CHAPTER_DIR.match(f) or MUTANT_FILE.match(f)
+    return bool(m and m.group(1) == n)
 
 
 def rotated(items, k):
@@ -233,7 +242,11 @@ def main(argv=None):
             ap.error("--build is needed (the chapters come from its build graph)")
         why = directed_chapters(changed, chapter_inputs(args.build, chapters) if changed else {}, chapters)
         d, r, cut = select(chapters, why, k, args.share)
-        result = {"directed": rotated(d, k), "rotating": r, "not_selected": cut, "why": why}
+        # The chapters whose own files changed first, then those reached through what they are
+        # built on; each group from the k-th on.
+        d = rotated(d, k)
+        d = [n for n in d if own_change(n, why)] + [n for n in d if not own_change(n, why)]
+        result = {"directed": d, "rotating": r, "not_selected": cut, "why": why}
     result.update(base=args.base, rotation=f"{k} mod {args.share} = {k % args.share}",
                   changed=changed if changed is not None else "unknown")
     if args.json:
@@ -241,7 +254,8 @@ def main(argv=None):
     elif args.what == "explain":
         print(f"changed since {args.base}: {'unknown' if changed is None else len(changed)} file(s)")
         for n in chapters:
-            state = "directed" if n in why else ("rotating" if n in result["rotating"] else "-")
+            state = ("directed" if own_change(n, why) else "reached") if n in why else \
+                ("rotating" if n in result["rotating"] else "-")
             print(f"  chapter {n}: {state:9} {why.get(n, '')}")
     else:
         print(" ".join(result["directed"]))

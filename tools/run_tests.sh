@@ -367,63 +367,43 @@ if [ "$backend" = cpu ]; then
     PA_CI_TARGET=$(budget target "$(sed -nE 's/^build\t//p' "$phase_times")")
     export PA_CI_TARGET
     [ "$scope" = full ] || echo "  budget: $((PA_CI_TARGET / 60)) slow-machine minutes, $(awk -v t="$PA_CI_TARGET" -v f="$PA_CI_SPEED" 'BEGIN { printf "%.1f", t * f / 60 }') here ($([ "$PA_CI_TARGET" -ge 3600 ] && echo "cold: the build compiled" || echo "warm: the build came from the compiler cache")); the capped phases share what is left of it"
-    for order in reverse greedy random:1; do
-        step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"
-    done
-    # (Not chapter 8's random traces under memory pressure, 29 of its 44 s, nor chapters
-    # 10-12's engine tests: host code around kernels whose own tests run here. The traces
-    # run again below, 400 of them.)
-    for num in $selected; do
-        filter=()
-        [ "$num" = 08 ] && filter=(--gtest_filter=-PressureProperty.*)
-        [ "$num" -ge 10 ] && filter=(--gtest_filter=-*InTheEngine*)
-        queue "chapter $num solution tests, schedule greedy" \
-            env PA_EMU_SCHEDULE=greedy "$build/test_ch${num}_solution" "${filter[@]}"
-    done
-    # Chapter 8's random traces, many more than the chapter's own run of them (its forward
-    # run above: 150 with a fixed seed, 50 with the commit's), when chapter 8 is selected.
-    if grep -qw 08 <<<"$selected"; then
-        queue "chapter 08: 400 random traces under memory pressure (PA_PRESSURE_TRACES=400)" \
-            env PA_PRESSURE_TRACES=400 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \
-            --gtest_filter='PressureProperty.*'
+    # Most valuable first: in every phase the chapters whose own files changed come first
+    # (tools/ci_select.py), and the phases go from what proves a change most directly (its .cu
+    # files compile, the exercises' wrong answers still fail, the kernels are silent in checked
+    # mode) to what samples more widely (other planted bugs, core done, schedules, traces).
+    # Every solution and skeleton .cu compiles with nvcc for sm_90 (the kernels are real
+    # CUDA): the files a change reaches (through their #include lines; nvcc never reads
+    # emu/) and a rotating share, until the phase's cap; make ci-full: all of them.
+    if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+        if [ "$scope" = full ]; then
+            files=()
+        else
+            nsel=$("$python" tools/ci_select.py nvcc)
+            read -r -a files <<<"$(echo $nsel)"
+            [ "${#files[@]}" -gt 0 ] || files=(--none)
+        fi
+        step "every selected .cu compiles with nvcc for sm_90 (make nvcc-check)" \
+            env NVCC_CHECK_BUDGET="$([ "$scope" = full ] || budget cap "nvcc-check")" bash tools/nvcc_check.sh "${files[@]}"
+        report_cut "$(log_path "every selected .cu compiles with nvcc for sm_90 (make nvcc-check)")"
+    else
+        echo "  nvcc not found: make nvcc-check did not run (install the CUDA toolkit: make doctor)"
+        results+=("CUT   nvcc-check: nvcc not found")
     fi
-    # Chapters 11 and 12's engines on more random traces than their own runs (issue 59's
-    # property tests: make test runs 60 + 20 hybrid traces and 12 + 4 MLA ones).
-    if grep -qw 12 <<<"$selected"; then
-        queue "chapter 12: 300 random hybrid-engine traces (PA_HYBRID_TRACES=300)" \
-            env PA_HYBRID_TRACES=300 PA_EMU_SCHEDULE=forward "$build/test_ch12_solution" \
-            --gtest_filter='HybridTracesInTheEngine.*:StretchPrefixHitInTheEngine.RandomTraces*'
-    fi
-    if grep -qw 11 <<<"$selected"; then
-        queue "chapter 11: 48 random MLA-engine traces (PA_MLA_TRACES=48)" \
-            env PA_MLA_TRACES=48 PA_EMU_SCHEDULE=forward "$build/test_ch11_solution" \
-            --gtest_filter='MlaTracesInTheEngine.*'
-    fi
-    run_queue 1 "$(cap "greedy schedule and traces")"
-    phase_end "greedy schedule and traces"
+    phase_end "nvcc-check"
 
-    # Core and stretch apart: the "core done" tree of each selected chapter with stretch
-    # exercises, built and run one chapter at a time until the phase's cap.
-    stretchy=$("$python" tools/make_skeletons.py --list-stretch)
-    deadline=$(cap "core done")
-    for num in $selected; do
-        grep -qw "$num" <<<"$stretchy" || continue
-        if [ -n "$deadline" ] && [ "$(date +%s)" -ge "$deadline" ]; then cut "core done, chapter $num"; continue; fi
-        step "core done, chapter $num: core tests pass with every stretch exercise a stub, Stretch suites fail" \
-            core_done "$num"
-    done
-    phase_end "core done"
-
-    others=$(for m in $("$python" tools/run_mutants.py --list | awk '{print $1}'); do
-                 grep -qxF "$m" <<<"$shown" || { grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; }; done)
-    if [ -n "$others" ]; then
-        budget_args=()
-        [ "$scope" = full ] || budget_args=(--budget "$(budget cap "planted bugs, the rest")" --rotate "$rotate")
-        step "planted bugs of the selected chapters: caught and named" \
-            bash tools/run_mutants.sh $(echo $others) --jobs "$(nproc 2>/dev/null || echo 2)" "${budget_args[@]}"
-        report_cut "$(log_path "planted bugs of the selected chapters: caught and named")"
+    # Wrong-but-plausible answers to the exercises (tests/exercise_mutants/): each must fail
+    # its chapter's plain tests; the runner prints the kill rate per chapter.
+    names=$(for m in $("$python" tools/run_mutants.py --suite exercise --list | awk '{print $1}'); do
+                grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; done)
+    budget_args=()
+    [ "$scope" = full ] || budget_args=(--budget "$(budget cap "exercise mutants")" --rotate "$rotate")
+    if [ -n "$names" ]; then
+        step "exercise mutants of the selected chapters: every wrong answer fails its chapter's tests" \
+            "$python" tools/run_mutants.py --suite exercise --jobs "$(nproc 2>/dev/null || echo 2)" \
+            --python "$python" --test-times "$logs" "${budget_args[@]}" $(echo $names)
+        report_cut "$(log_path "exercise mutants of the selected chapters: every wrong answer fails its chapter's tests")"
     fi
-    phase_end "planted bugs, the rest"
+    phase_end "exercise mutants"
 
     # Checked mode (make check-chapter-N): the emulator as a CPU compute-sanitizer. Its
     # diagnoses are proven by test_emu; every selected chapter's solution must be silent in it
@@ -466,39 +446,64 @@ if [ "$backend" = cpu ]; then
     run_queue 2 "$deadline"
     phase_end "checked mode"
 
-    # Wrong-but-plausible answers to the exercises (tests/exercise_mutants/): each must fail
-    # its chapter's plain tests; the runner prints the kill rate per chapter.
-    names=$(for m in $("$python" tools/run_mutants.py --suite exercise --list | awk '{print $1}'); do
-                grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; done)
-    budget_args=()
-    [ "$scope" = full ] || budget_args=(--budget "$(budget cap "exercise mutants")" --rotate "$rotate")
-    if [ -n "$names" ]; then
-        step "exercise mutants of the selected chapters: every wrong answer fails its chapter's tests" \
-            "$python" tools/run_mutants.py --suite exercise --jobs "$(nproc 2>/dev/null || echo 2)" \
-            --python "$python" --test-times "$logs" "${budget_args[@]}" $(echo $names)
-        report_cut "$(log_path "exercise mutants of the selected chapters: every wrong answer fails its chapter's tests")"
+    others=$(for m in $("$python" tools/run_mutants.py --list | awk '{print $1}'); do
+                 grep -qxF "$m" <<<"$shown" || { grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; }; done)
+    if [ -n "$others" ]; then
+        budget_args=()
+        [ "$scope" = full ] || budget_args=(--budget "$(budget cap "planted bugs, the rest")" --rotate "$rotate")
+        step "planted bugs of the selected chapters: caught and named" \
+            bash tools/run_mutants.sh $(echo $others) --jobs "$(nproc 2>/dev/null || echo 2)" "${budget_args[@]}"
+        report_cut "$(log_path "planted bugs of the selected chapters: caught and named")"
     fi
-    phase_end "exercise mutants"
+    phase_end "planted bugs, the rest"
 
-    # Every solution and skeleton .cu compiles with nvcc for sm_90 (the kernels are real
-    # CUDA): the files a change reaches (through their #include lines; nvcc never reads
-    # emu/) and a rotating share, until the phase's cap; make ci-full: all of them.
-    if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-        if [ "$scope" = full ]; then
-            files=()
-        else
-            nsel=$("$python" tools/ci_select.py nvcc)
-            read -r -a files <<<"$(echo $nsel)"
-            [ "${#files[@]}" -gt 0 ] || files=(--none)
-        fi
-        step "every selected .cu compiles with nvcc for sm_90 (make nvcc-check)" \
-            env NVCC_CHECK_BUDGET="$([ "$scope" = full ] || budget cap "nvcc-check")" bash tools/nvcc_check.sh "${files[@]}"
-        report_cut "$(log_path "every selected .cu compiles with nvcc for sm_90 (make nvcc-check)")"
-    else
-        echo "  nvcc not found: make nvcc-check did not run (install the CUDA toolkit: make doctor)"
-        results+=("CUT   nvcc-check: nvcc not found")
+    # Core and stretch apart: the "core done" tree of each selected chapter with stretch
+    # exercises, built and run one chapter at a time until the phase's cap.
+    stretchy=$("$python" tools/make_skeletons.py --list-stretch)
+    deadline=$(cap "core done")
+    for num in $selected; do
+        grep -qw "$num" <<<"$stretchy" || continue
+        if [ -n "$deadline" ] && [ "$(date +%s)" -ge "$deadline" ]; then cut "core done, chapter $num"; continue; fi
+        step "core done, chapter $num: core tests pass with every stretch exercise a stub, Stretch suites fail" \
+            core_done "$num"
+    done
+    phase_end "core done"
+
+    for order in reverse greedy random:1; do
+        step "emulator tests, schedule $order" env PA_EMU_SCHEDULE=$order "$build/tests/emu/test_emu"
+    done
+    # (Not chapter 8's random traces under memory pressure, 29 of its 44 s, nor chapters
+    # 10-12's engine tests: host code around kernels whose own tests run here. The traces
+    # run again below, 400 of them.)
+    for num in $selected; do
+        filter=()
+        [ "$num" = 08 ] && filter=(--gtest_filter=-PressureProperty.*)
+        [ "$num" -ge 10 ] && filter=(--gtest_filter=-*InTheEngine*)
+        queue "chapter $num solution tests, schedule greedy" \
+            env PA_EMU_SCHEDULE=greedy "$build/test_ch${num}_solution" "${filter[@]}"
+    done
+    # Chapter 8's random traces, many more than the chapter's own run of them (its forward
+    # run above: 150 with a fixed seed, 50 with the commit's), when chapter 8 is selected.
+    if grep -qw 08 <<<"$selected"; then
+        queue "chapter 08: 400 random traces under memory pressure (PA_PRESSURE_TRACES=400)" \
+            env PA_PRESSURE_TRACES=400 PA_EMU_SCHEDULE=forward "$build/test_ch08_solution" \
+            --gtest_filter='PressureProperty.*'
     fi
-    phase_end "nvcc-check"
+    # Chapters 11 and 12's engines on more random traces than their own runs (issue 59's
+    # property tests: make test runs 30 + 10 hybrid traces, 10 with prefix caching, and 6 + 2 MLA ones).
+    if grep -qw 12 <<<"$selected"; then
+        queue "chapter 12: 300 random hybrid-engine traces (PA_HYBRID_TRACES=300)" \
+            env PA_HYBRID_TRACES=300 PA_EMU_SCHEDULE=forward "$build/test_ch12_solution" \
+            --gtest_filter='HybridTracesInTheEngine.*:StretchPrefixHitInTheEngine.RandomTraces*'
+    fi
+    if grep -qw 11 <<<"$selected"; then
+        queue "chapter 11: 48 random MLA-engine traces (PA_MLA_TRACES=48)" \
+            env PA_MLA_TRACES=48 PA_EMU_SCHEDULE=forward "$build/test_ch11_solution" \
+            --gtest_filter='MlaTracesInTheEngine.*'
+    fi
+    run_queue 1 "$(cap "greedy schedule and traces")"
+    phase_end "greedy schedule and traces"
+
     echo
     budget report "$phase_times"
 fi

@@ -151,3 +151,14 @@ def test_the_capped_phases_share_what_is_left_and_the_last_takes_the_rest(monkey
 
 def test_the_shares_fit_the_budget():
     assert sum(share for share, _ in cb.SHARES.values()) + cb.RESERVE <= cb.BUDGET
+
+
+def test_a_chapters_own_file_is_named_before_what_it_is_built_on():
+    changed = ["solutions/01-dense-kv/a.cu", "solutions/02-paged-kv/b.cpp"]
+    why = cs.directed_chapters(changed, INPUTS, CHAPTERS)
+    assert why["02"] == "solutions/02-paged-kv/b.cpp"  # its own, though 01's file reaches it too
+    assert cs.own_change("02", why) and cs.own_change("01", why)
+    why = cs.directed_chapters(["solutions/01-dense-kv/a.cu"], INPUTS, CHAPTERS)
+    assert cs.own_change("01", why) and not cs.own_change("02", why)
+    # A skeleton file is the chapter's own even where the graph does not list it.
+    assert cs.own_change("03", cs.directed_chapters(["chapters/03-block-tables/c.cpp"], INPUTS, CHAPTERS))
