@@ -521,6 +521,9 @@ class Pool:
         if budget is not None:
             chapters = sorted({key[1] for key in groups})
             rank = {c: (i - getattr(args, "rotate", 0)) % len(chapters) for i, c in enumerate(chapters)}
+            # --order: those chapters first, in that order (make ci: the changed chapter first).
+            first = [c for c in (getattr(args, "order", None) or "").split() if c in rank]
+            rank.update({c: i - len(first) for i, c in enumerate(first)})
             deal = sorted(groups, key=lambda key: (rank[key[1]], key))
         self.deadline = None if budget is None else T0 + budget
         for key in deal:
@@ -710,6 +713,9 @@ def main():
     ap.add_argument("--rotate", type=int, default=0, metavar="K",
                     help="with --budget: deal the chapters from the K-th on (wrapping), so the "
                          "cap cuts a different end on each commit (make ci: git rev-list --count HEAD)")
+    ap.add_argument("--order", default=None, metavar="'NN NN ...'",
+                    help="with --budget: deal these chapters first, in this order (make ci: the "
+                         "chapters whose own files changed, then those reached), the rest rotated")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--record", metavar="DIR",
                     help="write DIR/mutant-NAME.txt for each mutant: the bug as a diff and the "

@@ -396,7 +396,7 @@ if [ "$backend" = cpu ]; then
     names=$(for m in $("$python" tools/run_mutants.py --suite exercise --list | awk '{print $1}'); do
                 grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; done)
     budget_args=()
-    [ "$scope" = full ] || budget_args=(--budget "$(budget cap "exercise mutants")" --rotate "$rotate")
+    [ "$scope" = full ] || budget_args=(--budget "$(budget cap "exercise mutants")" --rotate "$rotate" --order "$selected")
     if [ -n "$names" ]; then
         step "exercise mutants of the selected chapters: every wrong answer fails its chapter's tests" \
             "$python" tools/run_mutants.py --suite exercise --jobs "$(nproc 2>/dev/null || echo 2)" \
@@ -450,7 +450,7 @@ if [ "$backend" = cpu ]; then
                  grep -qxF "$m" <<<"$shown" || { grep -qw "${m:0:2}" <<<"$selected" && echo "$m"; }; done)
     if [ -n "$others" ]; then
         budget_args=()
-        [ "$scope" = full ] || budget_args=(--budget "$(budget cap "planted bugs, the rest")" --rotate "$rotate")
+        [ "$scope" = full ] || budget_args=(--budget "$(budget cap "planted bugs, the rest")" --rotate "$rotate" --order "$selected")
         step "planted bugs of the selected chapters: caught and named" \
             bash tools/run_mutants.sh $(echo $others) --jobs "$(nproc 2>/dev/null || echo 2)" "${budget_args[@]}"
         report_cut "$(log_path "planted bugs of the selected chapters: caught and named")"

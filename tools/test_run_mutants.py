@@ -324,3 +324,15 @@ def test_a_time_cap_cuts_what_is_left_and_runs_it_never(fake, capsys, monkeypatc
     assert [r[0]["name"] for r in ran] == ["02-m0"]
     assert [r[0] for r in calls["ran"]] == ["02-m0"]  # the cut ones never ran
     assert sum(r is None for r in results) == 5
+
+
+def test_under_a_cap_the_given_chapters_are_dealt_first(fake):
+    tmp, calls = fake
+    mutants = [mutant(f"{c:02d}-m0", c, tmp) for c in (1, 2, 3, 4)]
+    order = sorted(mutants, key=lambda m: (m["ran_as"], m["chapter"], m["name"]))
+    groups = run_mutants.deal_groups(order)
+    (tmp / "tree").mkdir(exist_ok=True)
+    args = types.SimpleNamespace(opt="-O1", timeout=10, record=None, test_times=None, budget=100.0,
+                                 rotate=1, order="04 01")
+    pool = run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", [tmp / "tree"], 2)
+    assert [key[1] for key in pool.queues[0]] == ["04", "01", "02", "03"]
