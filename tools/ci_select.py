@@ -122,6 +122,12 @@ def chapter_inputs(build, chapters, root=ROOT):
     return out
 
 
+def owner(path):
+    """The chapter a file is one of (its solution, skeleton, tests or a mutant of it), or None."""
+    m = CHAPTER_DIR.match(path) or MUTANT_FILE.match(path)
+    return m.group(1) if m else None
+
+
 def directed_chapters(changed, inputs, chapters):
     """{chapter: the reason it is directed} for the changed files; all when changed is None
     or a harness file changed."""
@@ -132,12 +138,9 @@ def directed_chapters(changed, inputs, chapters):
         return {n: f"{harness[0]} changed (builds or judges every chapter)" for n in chapters}
     why = {}
     for n in chapters:
-        hits = [f for f in changed
-                 if (MUTANT_FILE.match(f) or CHAPTER_DIR.match(f) or [None, None])[1] == n
-                 or f in inputs.get(n, ())]
+        hits = [f for f in changed if owner(f) == n or f in inputs.get(n, ())]
         if hits:  # its own file first, as the reason
-            why[n] = sorted(hits, key=lambda f: (not (CHAPTER_DIR.match(f) or MUTANT_FILE.match(f)
-                                                      or [None, None])[1] == n, f))[0]
+            why[n] = min(hits, key=lambda f: (owner(f) != n, f))
     return why
 
 
@@ -149,9 +152,7 @@ def rotation(items, k, share):
 def own_change(n, why):
     """Whether chapter N is directed by a file of its own (its solution, skeleton, tests or
     mutants), not only through what it is built on."""
-    f = why.get(n, "")
-    m = CHAPTER_DIR.match(f) or MUTANT_FILE.match(f)
-    return bool(m and m.group(1) == n)
+    return owner(why.get(n, "")) == n
 
 
 def rotated(items, k):

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "commit_seed.h"
 #include "compare.h"
 #include "serving_helpers.h"
 
@@ -515,10 +516,7 @@ void property(uint64_t seed, int count, Tally& t) {
   }
 }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
+using pa::test::env_int;  // tests/common/commit_seed.h
 
 void report(const char* what, uint64_t seed, const Tally& t) {
   std::printf(

@@ -25,6 +25,12 @@ inline std::string trimmed_commit(std::string s) {
   return s;
 }
 
+// A property test's knob from the environment (PA_PRESSURE_TRACES=400, ...), else FALLBACK.
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
 inline CommitSeed commit_seed(const char* replay, uint64_t fallback) {
   if (const char* v = std::getenv(replay); v && *v)
     return {std::strtoull(v, nullptr, 10), std::string(replay) + " (replayed)"};
