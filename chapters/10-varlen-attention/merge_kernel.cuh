@@ -119,10 +119,14 @@ __global__ void __launch_bounds__(D / 4 * merge_lanes<D>()) merge_kernel(MergeAr
     }
   }
   // Every block of the tile has read the ticket; the last one back leaves both counts at 0.
+  // An atomic orders only its own word: the fences order each block's read of the ticket
+  // before the reset (a release before the arrival, an acquire after the last one).
+  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
     int* arrived = a.arrivals + m.partial_base / kTileRows;
     if (atomicAdd(arrived, 1) == m.blocks - 1) {
+      __threadfence();
       *arrived = 0;
       a.counters[m.counter] = 0;
     }

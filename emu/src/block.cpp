@@ -183,6 +183,11 @@ void Block::yield() {
   if (!error_.empty()) throw AbortBlock{};  // resumed only to unwind
 }
 
+void Block::let_others_run() {
+  race::Quiet quiet;
+  yield();
+}
+
 void Block::fail(const std::string& message) {
   race::Quiet quiet;
   if (error_.empty()) error_ = message;
@@ -213,6 +218,7 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
   }
   live_ = n;
   barrier_accum_ = barrier_result_ = 0;
+  atomics_ = 0;
   interval_ = 0;
   interval_file_ = nullptr;
   interval_line_ = 0;

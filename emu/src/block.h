@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "async_copy.h"
 #include "emu/cuda_emu.h"
 
 namespace emu {
@@ -35,6 +36,8 @@ struct Thread {  // one CUDA thread is one fiber
   uint64_t result = 0;
   unsigned ballot = 0;
   bool abandoned = false;  // left at a fault (checked mode): its fiber is never resumed
+  AsyncCopies copies;      // its cp.async copies in flight
+  int atomics_at_fence = 0;  // checked mode: the block's atomics when it last fenced
 };
 
 struct WarpGroup {  // lanes that met (or are meeting) at one warp-level primitive
@@ -65,6 +68,26 @@ class Block {
                          const char* what, const char* file, int line);
   unsigned active_mask() const;
   int lane() const { return current_ % 32; }
+  int thread_index() const { return current_; }
+  const void* fence_token() const { return &fence_token_; }
+  // Checked mode (atomics.cpp): an atomic of this block; has one come since the running
+  // thread's last fence? (Then its fence is an acquire: it may read what others published.)
+  void note_atomic() { ++atomics_; }
+  bool atomic_since_fence() {
+    Thread& t = threads_[current_];
+    const bool since = atomics_ > t.atomics_at_fence;
+    t.atomics_at_fence = atomics_;
+    return since;
+  }
+  // cp.async (async_copy.cpp): the running thread's copies, or thread i's.
+  AsyncCopies& copies() { return threads_[current_].copies; }
+  const AsyncCopies& copies_of(int thread) const { return threads_[thread].copies; }
+  uint3 thread_idx(int thread) const { return threads_[thread].idx; }
+  // A scheduling point that waits for nobody: the running thread stays runnable, and the
+  // schedule order picks who runs next (cp_async_wait, before its copies land).
+  void let_others_run();
+  // The block fails with `message`, said of the running thread ("block (..), thread (..): ").
+  [[noreturn]] void fail_here(const std::string& message) { fail(where() + ": " + message); }
   // "block (x,y,z), thread (x,y,z)" of the thread running now, for diagnoses.
   std::string where() const;
   std::string where(int thread) const;
@@ -109,6 +132,8 @@ class Block {
   char start_token_ = 0;
   char end_token_ = 0;
   char barrier_token_ = 0;
+  char fence_token_ = 0;  // __threadfence_block's, in checked mode
+  int atomics_ = 0;       // the atomics its threads did so far (checked mode)
   char warp_tokens_[32] = {};
   uint3 block_idx_{};
   std::string error_;

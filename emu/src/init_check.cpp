@@ -32,16 +32,31 @@
 namespace emu::initcheck {
 namespace {
 
-struct Region {  // shared memory of the block running on this worker, with its shadow
+struct Region {  // shared memory of the block running on this worker, with its shadows
   uintptr_t lo = 0, hi = 0;
   std::vector<unsigned char> written;
+  // cp.async: per 16-byte chunk (by absolute address, as copies are 16-byte aligned), the
+  // thread + 1 whose copy into it is in flight, or 0. Sized at the block's first copy.
+  std::vector<uint16_t> flight;
+  int flying = 0;
   void reset(uintptr_t l, uintptr_t h) {
     lo = l;
     hi = h;
     written.assign(h - l, 0);
+    flight.clear();
+    flying = 0;
   }
   void mark(uintptr_t a, size_t n) {
     if (a >= lo && a < hi) std::memset(&written[a - lo], 1, std::min<size_t>(n, hi - a));
+  }
+  size_t chunk(uintptr_t a) const { return (a >> 4) - (lo >> 4); }
+  // The thread (+ 1) whose copy in flight covers some byte of [a, a + n), or 0.
+  int in_flight(uintptr_t a, size_t n) const {
+    if (!flying) return 0;
+    const uintptr_t end = std::min<uintptr_t>(a + n, hi);
+    for (uintptr_t c = a; c < end; c = (c | 15) + 1)
+      if (flight[chunk(c)]) return flight[chunk(c)];
+    return 0;
   }
 };
 thread_local bool tl_active = false;  // a block runs on this worker
@@ -109,7 +124,10 @@ void load_tls_symbols() {
             [](const TlsSymbol& a, const TlsSymbol& b) { return a.offset < b.offset; });
 }
 
+enum class Kind { Unwritten, InFlight };
+
 struct Finding {
+  Kind kind;
   void* pc;
   uintptr_t address;
   size_t bytes;
@@ -120,6 +138,12 @@ struct Finding {
   uintptr_t gap_lo = 0, gap_hi = 0;  // the not-yet-written run of it around the read
   bool span_written = false;         // some byte of the span was written before the read
   bool written_later = false;        // the bytes read were written after it, in the block
+  // Kind::InFlight: the copy, the thread that issued it, and that thread's state then.
+  emu::InFlightCopy copy{};
+  uint3 issuer{};
+  bool issuer_is_reader = false;
+  emu::CopyWait wait{};
+  int committed = 0;
 };
 // Filled from kernel fibers without locks: a mutex would order the fibers for TSan and
 // hide races. take_report() keeps the first finding of each source line.
@@ -173,7 +197,7 @@ Span span_of(uintptr_t a, const Region& r, bool dynamic) {
 void found(void* pc, uintptr_t a, size_t n, bool dynamic, const Region& r) {
   const int k = g_count.fetch_add(1, std::memory_order_relaxed);
   if (k >= kMaxFindings) return;
-  Finding f{pc, a, n, dynamic, a - r.lo, blockIdx, threadIdx};
+  Finding f{Kind::Unwritten, pc, a, n, dynamic, a - r.lo, blockIdx, threadIdx};
   f.span = span_of(a, r, dynamic);
   // The run of never-written bytes around the read, inside its array: what the kernel
   // should have written (a loop bound, a branch, a warp that skipped its part).
@@ -189,11 +213,31 @@ void found(void* pc, uintptr_t a, size_t n, bool dynamic, const Region& r) {
   if (tl_mine.size() < tl_mine.capacity()) tl_mine.push_back(k);  // never allocates here
 }
 
+// A read of bytes that a cp.async copy has not landed in yet.
+void found_in_flight(void* pc, uintptr_t a, size_t n, bool dynamic, const Region& r, int thread) {
+  const emu::Block* b = emu::current_block();
+  const emu::AsyncCopies& copies = b->copies_of(thread);
+  const emu::InFlightCopy* c = nullptr;
+  for (uintptr_t x = a; !c && x < a + n; x = (x | 15) + 1) c = copies.find(x);
+  if (!c) return;
+  const int k = g_count.fetch_add(1, std::memory_order_relaxed);
+  if (k >= kMaxFindings) return;
+  Finding f{Kind::InFlight, pc, a, n, dynamic, a - r.lo, blockIdx, threadIdx};
+  f.span = span_of(a, r, dynamic);
+  f.copy = *c;
+  f.issuer = b->thread_idx(thread);
+  f.issuer_is_reader = thread == b->thread_index();
+  f.wait = copies.last_wait();
+  f.committed = copies.committed();
+  g_findings[k] = f;
+}
+
 inline void on_read(void* pc, const void* p, size_t n) {
   if (!tl_active) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   for (Region* r : {&tl_dynamic, &tl_static}) {
     if (a < r->lo || a >= r->hi) continue;
+    if (const int t = r->in_flight(a, n)) return found_in_flight(pc, a, n, r == &tl_dynamic, *r, t - 1);
     const size_t len = std::min<size_t>(n, r->hi - a);
     for (size_t i = 0; i < len; ++i)
       if (!r->written[a - r->lo + i]) return found(pc, a, n, r == &tl_dynamic, *r);
@@ -241,6 +285,7 @@ void end_block() {
   // before the write (a missing barrier), rather than no thread writing it at all.
   for (int k : tl_mine) {
     Finding& f = g_findings[k];
+    if (f.kind != Kind::Unwritten) continue;
     const Region& r = f.dynamic ? tl_dynamic : tl_static;
     bool all = f.address >= r.lo && f.address + f.bytes <= r.hi;
     for (size_t i = 0; all && i < f.bytes; ++i) all = r.written[f.address + i - r.lo];
@@ -297,6 +342,61 @@ std::string unwritten(const Finding& f, bool later) {
   return run + " (the rest of " + whole + (later ? " had been written)" : " was written)");
 }
 
+const std::string in_flight_tag = "in flight|";
+
+std::string place(const char* file, int line) {
+  return course_path(file ? file : "?") + ":" + std::to_string(line);
+}
+
+std::string groups(int first, int last) {
+  return first == last ? "group " + std::to_string(first)
+                       : "groups " + std::to_string(first) + "-" + std::to_string(last);
+}
+
+// A read of bytes whose cp.async copy has not landed: the read, the copy (its issue, its
+// group, the commit), and the issuing thread's last wait, which should have covered it.
+std::string in_flight_report(const Finding& f, const std::string& what, const std::string& kernel,
+                             const std::string& line, const char* who) {
+  const emu::InFlightCopy& c = f.copy;
+  char issuer[80];
+  std::snprintf(issuer, sizeof issuer, "thread (%u,%u,%u)", f.issuer.x, f.issuer.y, f.issuer.z);
+  std::string out = "emulator cp.async check: read of " + std::to_string(f.bytes) + " bytes of " +
+                    (f.dynamic ? "dynamic shared memory" : "__shared__ memory") +
+                    " before the cp.async copy into it has landed: " + what +
+                    (f.dynamic && f.span.name ? " (byte " + std::to_string(f.offset) + ")" : "") +
+                    "\n  in kernel " + kernel + "\n" + line + "\n  by " + who + "\n";
+  out += "  The copy: issued at " + place(c.file, c.line) + " by " +
+         (f.issuer_is_reader ? std::string("this thread") : std::string(issuer)) +
+         ", in its commit group " + std::to_string(c.group) +
+         (c.commit_file ? " (committed at " + place(c.commit_file, c.commit_line) + ")"
+                        : " (not committed yet: a wait covers only committed groups)") +
+         ".\n";
+  const emu::CopyWait& w = f.wait;
+  const std::string thread = f.issuer_is_reader ? "This thread" : "That thread";
+  if (!c.commit_file) {
+    out += "  Commit the group (cp_async_commit) and wait for it before anyone reads it.\n";
+  } else if (w.file && w.committed > c.group) {
+    const int newest = w.committed - 1, oldest_left = std::max(0, w.committed - w.n);
+    out += "  " + thread + "'s last wait, the cp_async_wait<" + std::to_string(w.n) + "> at " +
+           place(w.file, w.line) + ", left its newest " + std::to_string(w.n) +
+           (w.n == 1 ? " group" : " groups") + " in flight (" + groups(oldest_left, newest) +
+           " of 0-" + std::to_string(newest) + "), group " + std::to_string(c.group) +
+           " among them. For group " + std::to_string(c.group) +
+           " to land there, that wait leaves at most " + std::to_string(newest - c.group) +
+           " in flight: cp_async_wait<" + std::to_string(newest - c.group) + ">.\n";
+  } else {
+    out += "  " + thread + " has not waited since it committed group " + std::to_string(c.group) +
+           ": no cp_async_wait covers it yet.\n";
+  }
+  if (!f.issuer_is_reader)
+    out += "  Another thread's copy is visible to this one only after that thread's wait covers "
+           "it and a barrier (__syncthreads(), or __syncwarp() within a warp) follows the wait.\n";
+  out += "  A cp.async copy lands at the cp_async_wait<N> that covers its group (N: how many of "
+         "the thread's newest groups may still be in flight); until then its destination holds "
+         "garbage (here 0xFF bytes, NaN in every float type).\n";
+  return out;
+}
+
 }  // namespace
 
 void name_region(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
@@ -315,6 +415,31 @@ void name_region(const char* name, const void* p, size_t bytes, size_t elem, con
   tl_named.push_back(s);
 }
 
+void copy_started(const void* dst, int thread) {
+  if (!tl_active) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  for (Region* r : {&tl_dynamic, &tl_static}) {
+    if (a < r->lo || a >= r->hi) continue;
+    if (r->flight.empty()) r->flight.assign(r->chunk(r->hi - 1) + 1, 0);
+    uint16_t& slot = r->flight[r->chunk(a)];
+    if (!slot) ++r->flying;
+    slot = uint16_t(thread + 1);
+    return;
+  }
+}
+
+void copy_landed(const void* dst) {
+  if (!tl_active) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  for (Region* r : {&tl_dynamic, &tl_static}) {
+    if (a < r->lo || a >= r->hi || r->flight.empty()) continue;
+    uint16_t& slot = r->flight[r->chunk(a)];
+    if (slot) --r->flying;
+    slot = 0;
+    return;
+  }
+}
+
 std::string take_report(const void* kernel_address) {
   // Called after the launch, when the workers are idle. One report per source line, with
   // the count of the others like it.
@@ -326,6 +451,7 @@ std::string take_report(const void* kernel_address) {
   const std::vector<std::string> lines = source_lines(pcs);
   for (int i = 0; i < count; ++i) {
     std::string line = lines[i].empty() ? "  at (unknown line)" : lines[i];
+    if (g_findings[i].kind == Kind::InFlight) line = in_flight_tag + line;
     if (more.count(line)) ++more[line];
     else more[line] = 0, findings.emplace_back(g_findings[i], line);
   }
@@ -333,11 +459,16 @@ std::string take_report(const void* kernel_address) {
   const std::string kernel = findings.empty() ? "" : kernel_name(kernel_address);
   for (size_t i = 0; i < findings.size() && i < 2; ++i) {
     const Finding& f = findings[i].first;
-    const std::string& line = findings[i].second;
+    std::string line = findings[i].second;
+    const bool in_flight = line.rfind(in_flight_tag, 0) == 0;
+    if (in_flight) line.erase(0, in_flight_tag.size());
     char who[160];
     std::snprintf(who, sizeof who, "block (%u,%u,%u), thread (%u,%u,%u)", f.block.x, f.block.y,
                   f.block.z, f.thread.x, f.thread.y, f.thread.z);
     const std::string what = where_in(f.span, f.address, f.bytes);
+    if (in_flight) {
+      out += in_flight_report(f, what, kernel, line, who);
+    } else {
     out += "emulator initcheck: read of " + std::to_string(f.bytes) + " bytes of " +
            (f.dynamic ? "dynamic shared memory" : "__shared__ memory") +
            " that no thread of this block has written: " + what +
@@ -358,9 +489,10 @@ std::string take_report(const void* kernel_address) {
                 : "") +
            "\n  Shared memory starts as garbage in every block: write it, and __syncthreads()"
            " (or __syncwarp() within a warp), before any thread reads it.\n";
-    if (more[line] > 0)
-      out += "  (and " + std::to_string(more[line]) +
-             (more[line] == 1 ? " more read" : " more reads") + " like it at this line)\n";
+    }
+    if (more[findings[i].second] > 0)
+      out += "  (and " + std::to_string(more[findings[i].second]) +
+             (more[findings[i].second] == 1 ? " more read" : " more reads") + " like it at this line)\n";
   }
   if (findings.size() > 2)
     out += "  (" + std::to_string(findings.size() - 2) +
@@ -430,6 +562,8 @@ void begin_block(void*, size_t) {}
 void end_block() {}
 std::string take_report(const void*) { return ""; }
 void name_region(const char*, const void*, size_t, size_t, const size_t*, int) {}
+void copy_started(const void*, int) {}
+void copy_landed(const void*) {}
 }  // namespace emu::initcheck
 
 #endif

@@ -14,4 +14,8 @@ std::string take_report(const void* kernel);
 // `elem`-byte elements shaped dims[0..rank), for the reports.
 void name_region(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
                  int rank);
+// cp.async (async_copy.cpp): the 16 bytes at dst are in flight, a copy by thread `thread` of
+// the running block, until they land. A read of them in between is reported.
+void copy_started(const void* dst, int thread);
+void copy_landed(const void* dst);
 }  // namespace emu::initcheck

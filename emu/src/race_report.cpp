@@ -39,7 +39,7 @@ void __sanitizer_set_report_path(const char* path);
 // Defaults for our runs; TSAN_OPTIONS still overrides them. exitcode=0: a race in a
 // kernel already fails its launch (and so its test), with the report as the message;
 // the emulator's own tests plant races on purpose and must be able to pass.
-const char* __tsan_default_options() { return "history_size=4:halt_on_error=0:exitcode=0"; }
+const char* __tsan_default_options() { return "history_size=4:halt_on_error=0:exitcode=0:suppress_equal_addresses=0"; }
 }
 #endif
 
@@ -215,8 +215,10 @@ std::string describe(const Race& r, const char* kernel, const Moment* moment) {
      << "      by " << b << "\n";
   if (block_of(a) != block_of(b)) {
     os << "  The two threads are in different blocks: nothing orders blocks within one launch\n"
-          "  (no barrier spans blocks). Give each block its own output, or order them with\n"
-          "  atomics (and __threadfence) as a ticket counter does.\n";
+          "  (no barrier spans blocks). Give each block its own output, or order them as a\n"
+          "  ticket counter does: an atomic orders only its own word, so the writer needs a\n"
+          "  __threadfence() between its writes and its atomic, and the reader one between\n"
+          "  its atomic and its reads.\n";
   } else {
     if (moment && moment->interval > 0)
       os << "  Both fall in barrier interval " << moment->interval << " of the block (after the "

@@ -133,7 +133,8 @@ TEST(CheckedMode, ARaceInsideOneWarpNamesBothBarriers) {
             "(no error)");
 }
 
-// ---- Blocks writing one global slot race; a ticket counter (atomics) orders them.
+// ---- Blocks writing one global slot race; a ticket counter (an atomic with a fence on
+// each side: test_async_copy.cu) orders them.
 constexpr int kGlobalWriteLine = __LINE__ + 2;
 __global__ void every_block_writes_kernel(int* out) {
   if (threadIdx.x == 0) out[0] = int(blockIdx.x);
@@ -148,6 +149,7 @@ __global__ void last_block_sums_kernel(int* partial, unsigned* ticket, int* tota
   }
   __syncthreads();
   if (last && threadIdx.x == 0) {
+    __threadfence();  // the other blocks' partials, fenced before their atomics, are visible
     int sum = 0;
     for (unsigned b = 0; b < gridDim.x; ++b) sum += partial[b];
     *total = sum;

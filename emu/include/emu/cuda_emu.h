@@ -86,6 +86,23 @@ void name_shared_pointer(const char* name, T* p, size_t count) {
   name_shared(name, p, count * sizeof(T), sizeof(T), dims, 1);
 }
 
+// cp.async (pa/async_copy.h): a thread's 16-byte copies stay in flight until the
+// cp_async_wait that covers their commit group. The kernel side reads the source and
+// poisons the destination at the issue, and writes what lands at the wait: as kernel code,
+// so that checked mode sees those accesses as the issuing thread's, at its lines.
+struct LandedCopy {
+  void* dst;
+  uint4 data;
+};
+inline constexpr uint4 kInFlight{~0u, ~0u, ~0u, ~0u};  // 0xFF bytes: NaN in every float type
+// A copy that a GPU would refuse (not 16-byte aligned): the block fails, naming the line.
+[[noreturn]] void cp_async_misaligned(const void* dst, const void* src, const char* file, int line);
+void cp_async_issue(void* dst, const uint4& data, const char* file, int line);
+void cp_async_commit(const char* file, int line);
+// The copies of every committed group but the newest `n`, now landing (the thread may first
+// let others run: see block.h). Valid until the thread's next cp.async call.
+const LandedCopy* cp_async_wait(int n, const char* file, int line, size_t* count);
+
 template <typename T>
 uint64_t to_bits(T v) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>,
@@ -167,23 +184,50 @@ inline unsigned ballot(unsigned mask, int pred, const char* what, const char* fi
 #define __all_sync(mask, p) \
   (::emu::detail::ballot(mask, (p), "__all_sync", __FILE__, __LINE__) == (::emu::detail::active_mask() & (mask)))
 
-// ---- Atomics: real atomics, because blocks run on several OS threads -----------------
+// ---- Atomics and fences -------------------------------------------------------------
+// Real atomics, because blocks run on several OS threads. On a GPU an atomic orders nothing
+// but its own word: the partials a block wrote reach another block only through a
+// __threadfence in the writer before its atomic, and one in the reader after its atomic.
+// Checked mode holds kernels to that (the race detector sees the fences, not the atomics).
 namespace emu::detail {
+#if defined(PA_EMU_CHECK)
+// Checked mode: the atomic instructions run in the (uninstrumented) emulator, so that
+// ThreadSanitizer takes no ordering from them; __threadfence releases and acquires one
+// synchronisation object that every fence of the launch shares.
+uint64_t atomic_load_bits(const void* p, int bytes);
+bool atomic_cas_bits(void* p, uint64_t* expected, uint64_t desired, int bytes);
+void threadfence();
+void threadfence_block();
+#else
+inline uint64_t atomic_load_bits(const void* p, int bytes) {
+  return bytes == 4 ? __atomic_load_n(static_cast<const uint32_t*>(p), __ATOMIC_RELAXED)
+                    : __atomic_load_n(static_cast<const uint64_t*>(p), __ATOMIC_RELAXED);
+}
+inline bool atomic_cas_bits(void* p, uint64_t* expected, uint64_t desired, int bytes) {
+  if (bytes == 8)
+    return __atomic_compare_exchange_n(static_cast<uint64_t*>(p), expected, desired, false,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+  uint32_t e = uint32_t(*expected);
+  const bool ok = __atomic_compare_exchange_n(static_cast<uint32_t*>(p), &e, uint32_t(desired),
+                                              false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+  *expected = e;
+  return ok;
+}
+inline void threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#endif
+
 template <typename T, typename F>
 T atomic_update(T* addr, F f) {  // compare-and-swap loop for any 4- or 8-byte type
-  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-  static_assert(sizeof(T) == sizeof(U));
-  U* p = reinterpret_cast<U*>(addr);
-  U old_bits = __atomic_load_n(p, __ATOMIC_RELAXED);
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics on 4- or 8-byte types");
+  uint64_t old_bits = atomic_load_bits(addr, sizeof(T));
   for (;;) {
     T old_val;
     std::memcpy(&old_val, &old_bits, sizeof(T));
     T new_val = f(old_val);
-    U new_bits;
+    uint64_t new_bits = 0;
     std::memcpy(&new_bits, &new_val, sizeof(T));
-    if (__atomic_compare_exchange_n(p, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_RELAXED))
-      return old_val;
+    if (atomic_cas_bits(addr, &old_bits, new_bits, sizeof(T))) return old_val;
   }
 }
 }  // namespace emu::detail
@@ -206,19 +250,17 @@ template <typename T>
 T atomicXor(T* a, std::type_identity_t<T> v) { return emu::detail::atomic_update(a, [v](T o) { return T(o ^ v); }); }
 template <typename T>
 T atomicCAS(T* a, std::type_identity_t<T> compare, std::type_identity_t<T> v) {
-  T expected = compare;
-  __atomic_compare_exchange_n(a, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-  return expected;
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomicCAS on 4- or 8-byte types");
+  uint64_t expected = 0, desired = 0;
+  std::memcpy(&expected, &compare, sizeof(T));
+  std::memcpy(&desired, &v, sizeof(T));
+  emu::detail::atomic_cas_bits(a, &expected, desired, sizeof(T));
+  T old;
+  std::memcpy(&old, &expected, sizeof(T));
+  return old;
 }
-#if defined(__SANITIZE_THREAD__)
-// Checked mode: ThreadSanitizer does not model a lone fence; the atomics above are
-// sequentially consistent, and they are what orders blocks for it.
-inline void __threadfence() {}
-inline void __threadfence_block() {}
-#else
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-#endif
+inline void __threadfence() { emu::detail::threadfence(); }
+inline void __threadfence_block() { emu::detail::threadfence_block(); }
 
 // ---- Device math and intrinsics that have no host version in the toolkit headers -----
 template <typename T>
