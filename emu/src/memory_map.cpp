@@ -156,6 +156,10 @@ struct Overrun {
   size_t bytes;
   long first, last;
   size_t changed;
+  // Before the start: the allocation just before it in memory, when its redzone ends less
+  // than kRedzoneBytes before this one begins (a write far past its end lands here too).
+  uintptr_t prev_start = 0;
+  size_t prev_bytes = 0;
 };
 
 // Whether all n bytes at `zone` are `fill`: the common case, every redzone of every
@@ -185,7 +189,7 @@ bool holds(const unsigned char* zone, size_t n, unsigned char fill) {
 void check_zone(unsigned char* zone, size_t n, long offset, uintptr_t start,
                 const Allocation& a, std::vector<Overrun>* found) {
   if (holds(zone, n, a.fill)) return;
-  Overrun o{start, a.bytes, 0, 0, 0};
+  Overrun o{start, a.bytes, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < n; ++i) {
     if (zone[i] == a.fill) continue;
     if (o.changed++ == 0) o.first = offset + long(i);
@@ -225,7 +229,7 @@ long floor_div(long a, long b) { return a / b - ((a % b != 0) && ((a < 0) != (b 
 // elements the kernel wrote: "  its 3rd argument (of 4, a __half*) points to it (18432
 // elements): the kernel wrote its elements 18432..19007". A pointer inside an argument
 // (a struct of pointers) is named too.
-std::string name_arguments(const void* kernel, const Overrun& o) {
+std::string name_arguments(const void* kernel, const Overrun& o, bool say_none = true) {
   const LaunchArguments& a = tl_arguments;
   if (a.kernel != kernel || a.count == 0)
     return "";  // launched without pa::launch: the arguments are not known
@@ -255,10 +259,10 @@ std::string name_arguments(const void* kernel, const Overrun& o) {
              (first == last ? " " : "s ") + range(first, last) + "\n";
     }
   }
-  if (out.empty())
+  if (out.empty() && say_none)
     out = "  none of the kernel's " + std::to_string(total) +
-          " arguments points into it: the kernel read the pointer from memory, or computed "
-          "it from another buffer's\n";
+          " arguments points into it: the kernel read the pointer from\n"
+          "  memory, or computed it from another buffer's\n";
   return out;
 }
 
@@ -275,9 +279,18 @@ std::string check_redzones(const void* kernel) {
   std::vector<Overrun> found;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    for (auto& [start, a] : g_allocs) {
+    const std::pair<const uintptr_t, Allocation>* prev = nullptr;  // the one before in memory
+    for (const auto& entry : g_allocs) {
+      const auto& [start, a] = entry;
       unsigned char* p = reinterpret_cast<unsigned char*>(start);
       check_zone(p - kRedzoneBytes, kRedzoneBytes, -long(kRedzoneBytes), start, a, &found);
+      if (!found.empty() && found.back().start == start && prev &&
+          uintptr_t(a.mapping) - uintptr_t(prev->second.mapping + prev->second.mapping_bytes) <
+              kRedzoneBytes) {
+        found.back().prev_start = prev->first;
+        found.back().prev_bytes = prev->second.bytes;
+      }
+      prev = &entry;
       check_zone(p + a.bytes, a.mapping_bytes - kRedzoneBytes - a.bytes, long(a.bytes), start, a,
                  &found);
     }
@@ -285,7 +298,7 @@ std::string check_redzones(const void* kernel) {
   if (found.empty()) return "";
   std::string msg;
   bool past_end = false;  // checked mode would stop the write (its guard page is after)
-  for (const Overrun& o : found) past_end |= o.first >= 0;
+  for (const Overrun& o : found) past_end |= o.first >= 0 || o.prev_start != 0;
   constexpr size_t kShown = 4;  // allocations named in full; the others are counted
   for (size_t i = 0; i < found.size() && i < kShown; ++i) {
     const Overrun& o = found[i];
@@ -301,6 +314,18 @@ std::string check_redzones(const void* kernel) {
            "  bytes " + range(o.first, o.last) + " of it were written: " + span + " (" +
            std::to_string(o.changed) + " byte" + (o.changed == 1 ? "" : "s") + " changed)\n" +
            name_arguments(kernel, o);
+    if (before && o.prev_start) {
+      // The same bytes, seen from the allocation before: a write past its end and its redzone.
+      Overrun p{o.prev_start, o.prev_bytes, 0, 0, o.changed};
+      p.first = long(o.start - o.prev_start) + o.first;
+      p.last = long(o.start - o.prev_start) + o.last;
+      msg += "  or, if the kernel meant the " + std::to_string(p.bytes) +
+             "-byte device allocation just before it in memory, it wrote\n  past that one's "
+             "end and redzone: its bytes " + range(p.first, p.last) + ", from " +
+             std::to_string(p.first - long(p.bytes)) + " to " +
+             std::to_string(p.last - long(p.bytes)) + " bytes past its end\n" +
+             name_arguments(kernel, p, false);
+    }
   }
   if (found.size() > kShown)
     msg += "  (and " + std::to_string(found.size() - kShown) +

@@ -147,7 +147,7 @@ TEST(Redzone, APointerReadFromMemoryIsSaidToBeNoArgument) {
   EXPECT_TRUE(
       contains_text(msg,
                     "  none of the kernel's 3 arguments points into it: the kernel read the "
-                    "pointer from memory, or computed it from another buffer's\n"));
+                    "pointer from\n  memory, or computed it from another buffer's\n"));
   // Six buffers at once: four are named, the others counted.
   const std::string six = write_past(6);
   size_t named = 0;
@@ -199,6 +199,33 @@ TEST(Redzone, EveryByteOfTheRedzoneAfterTheEndIsWatched) {
   EXPECT_TRUE(
       contains_text(write_at(out.get(), 64 + 1023),
                     "bytes 4348..4351 of it were written: from 4092 to 4095 bytes past its end"));
+}
+
+TEST(Redzone, AWriteFarPastABufferIntoTheNextOnesRedzoneNamesBoth) {
+  // Two buffers a and b, b's redzone right after a's in memory: among 32 buffers of one size
+  // the allocator puts some next to each other.
+  std::vector<pa::DeviceBuffer<float>> buffers(32);
+  for (auto& x : buffers) x = pa::DeviceBuffer<float>(64);
+  float* a = nullptr;
+  long gap = 0;  // from a to b, in bytes
+  for (auto& x : buffers)
+    for (auto& y : buffers) {
+      const long d = long(reinterpret_cast<char*>(y.get()) - reinterpret_cast<char*>(x.get()));
+      if (d >= 4096 + 256 + 4096 && d <= 4096 + 256 + 4096 + 1024) a = x.get(), gap = d;
+    }
+  ASSERT_NE(a, nullptr) << "no two of 32 buffers lie next to each other in memory";
+  const long index = (gap - 4) / 4;  // a[index] is b[-1]
+  const std::string msg = write_at(a, index);
+  EXPECT_TRUE(contains_text(msg, "wrote before the start of a 256-byte device allocation"));
+  EXPECT_TRUE(contains_text(msg, "  none of the kernel's 3 arguments points into it"));
+  EXPECT_TRUE(contains_text(
+      msg, "  or, if the kernel meant the 256-byte device allocation just before it in memory, it "
+           "wrote\n  past that one's end and redzone: its bytes " +
+               std::to_string(gap - 4) + ".." + std::to_string(gap - 1) + ", from " +
+               std::to_string(gap - 4 - 256) + " to " + std::to_string(gap - 1 - 256) +
+               " bytes past its end\n"
+               "  its 1st argument (of 3, a float*) points to it (64 elements): the kernel wrote "
+               "its element " + std::to_string(index) + "\n"));
 }
 
 #endif
