@@ -171,7 +171,7 @@ TEST(Redzone, AnArgumentInsideTheBufferCountsItsElementsFromItsOwnStart) {
 
 #if !defined(PA_EMU_CHECK)
 // Checked mode has no guard page before a buffer, and rounds a buffer's end up to 16 bytes
-// before its guard page: these two are the plain redzone's alone.
+// before its guard page: these tests are the plain redzone's alone.
 
 TEST(Redzone, AWriteBeforeTheStartIsNamedToo) {
   pa::DeviceBuffer<float> out(64);
