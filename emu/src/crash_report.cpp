@@ -2,9 +2,11 @@
 // Checked mode (guard pages after every buffer) catches the access before it happens: the
 // faulting CUDA thread is taken off its fiber, and the launch fails with a memcheck report
 // (kernel, block, thread, buffer, line), as compute-sanitizer's memcheck would; the
-// program, and the next test, go on. Plain mode has no guard pages, so a fault may come
-// long after the bad write: the process dies, saying which kernel, block and thread it
-// was in, and which command runs the same tests in checked mode.
+// program, and the next test, go on. Plain mode has no guard pages: a write just outside a
+// buffer (within its 4 KiB redzones, memory_map.cpp) fails its launch when the launch ends;
+// an access farther away faults at once (the process dies, saying which kernel, block and
+// thread it was in, and which command runs the same tests in checked mode) or, landing in
+// other memory, corrupts it silently and a fault comes long after.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <signal.h>
@@ -159,7 +161,8 @@ thread_local char* tl_landing = nullptr;
 
 // The checked-mode command for the test program running now, from its name
 // (test_ch02_solution -> make check-solution-2); the general form if it is not a chapter's.
-void find_check_command() {
+bool g_chapter_known = false;
+void find_check_command_once() {
   char exe[512];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return;
@@ -171,6 +174,11 @@ void find_check_command() {
   if (std::sscanf(name, "test_ch%d_%15s", &chapter, flavor) != 2 || chapter <= 0) return;
   std::snprintf(g_check_command, sizeof g_check_command, "make check-%s-%d",
                 std::strcmp(flavor, "solution") == 0 ? "solution" : "chapter", chapter);
+  g_chapter_known = true;
+}
+void find_check_command() {
+  static std::once_flag once;
+  std::call_once(once, find_check_command_once);
 }
 
 void on_fault(int sig, siginfo_t* info, void* context) {
@@ -219,17 +227,24 @@ void on_fault(int sig, siginfo_t* info, void* context) {
     else if (missed.empty())
       msg += "  An out-of-bounds access in kernel code (a bad index, a block table that lies,"
              " or a fiber stack overflow: then raise PA_EMU_STACK_KB).\n";
+    if (!checked && !b->is_stack_guard(a))
+      msg += "  The plain emulator fails a launch that writes just outside a buffer (within " +
+             std::to_string(kRedzoneBytes / 1024) +
+             " KiB\n  of its ends) when the launch ends, naming the buffer: this access went "
+             "farther.\n";
     if (!checked)
       msg += std::string("  Checked mode names the buffer, how far past its end, and the line: ") +
              g_check_command + "\n";
   } else {
+    static_assert(kRedzoneBytes == 4096, "the text below says 4 KiB");
     msg += " (outside any kernel)\n";
     if (!checked)
       msg += std::string(
                  "  Either host code crashed, or a kernel that ran earlier wrote out of bounds:\n"
-                 "  the plain emulator does not check kernels' accesses, so such a write corrupts\n"
-                 "  memory silently and the crash comes later, here. Checked mode stops a kernel\n"
-                 "  at the access and names it: ") +
+                 "  the plain emulator catches a write just outside a buffer (within 4 KiB of\n"
+                 "  its ends) when the launch ends, but a write farther away corrupts memory\n"
+                 "  silently and the crash comes later, here. Checked mode stops a kernel at the\n"
+                 "  access and names it: ") +
              g_check_command + "\n";
   }
   ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
@@ -268,6 +283,11 @@ std::string fault_report(int sig, uintptr_t address, void* pc, const std::string
 }
 
 void set_current_kernel(const void* kernel) { tl_kernel = kernel; }
+
+std::string check_command() {
+  find_check_command();
+  return g_chapter_known ? g_check_command : "";
+}
 
 void install_crash_report() {
   // Each OS thread that runs blocks needs its own alternate signal stack: a fault on a

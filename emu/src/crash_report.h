@@ -12,6 +12,9 @@ void set_current_kernel(const void* kernel);
 // Checked mode: the memcheck report of a kernel thread's fault (`who`: block and thread).
 std::string fault_report(int sig, uintptr_t address, void* pc, const std::string& who,
                          bool stack_overflow);
+// The checked-mode command that runs the test program running now, from its name
+// ("make check-solution-11"); "" if it is not a chapter's test program.
+std::string check_command();
 // The demangled name of a kernel, from its address.
 std::string kernel_name(const void* kernel);
 // "  at file:line (in function)" for a code address, with the inlined-into chain; "" if

@@ -226,6 +226,9 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t smem,
                          " is not one of: forward, reverse, random:SEED, greedy");
   race::start_reporting();
   pool().run(job);
+  // Plain mode: a write just outside a device allocation, found in its redzone (and the
+  // redzone restored, even when the launch fails for another reason, reported alone).
+  const std::string overrun = check_redzones(kernel);
   if (job.failed) {
     // A memcheck finding leaves the other checks' findings of this launch unread: drop them.
     initcheck::take_report(kernel);
@@ -234,7 +237,8 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t smem,
                                                  ? job.error
                                                  : "emulator: " + job.error);
   }
-  const std::string found = initcheck::take_report(kernel) + race::take_report(kernel);
+  const std::string found =
+      overrun + initcheck::take_report(kernel) + race::take_report(kernel);
   if (!found.empty()) return set_error(cudaErrorLaunchFailure, found);
   return cudaSuccess;
 }

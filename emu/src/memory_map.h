@@ -7,11 +7,25 @@
 
 namespace emu {
 // Device allocations (cudaMalloc/cudaFree). In checked mode each one is its own mapping
-// that ends at an inaccessible guard page, so a read or write past its end faults.
+// that ends at an inaccessible guard page, so a read or write past its end faults. In
+// plain mode each one sits between two redzones of kRedzoneBytes, filled with a known byte,
+// that check_redzones() looks at when a launch ends.
+inline constexpr size_t kRedzoneBytes = 4096;
 void* device_alloc(size_t bytes);
 bool device_free(void* p);  // false: not a live allocation
 // "" if [p, p+n) lies inside one live allocation, else what is wrong with it.
 std::string check_device_range(const void* p, size_t n, const char* role);
+
+// Plain mode, after a launch of `kernel`: "" if every redzone still holds its pattern, else
+// a report per allocation whose redzone changed (which bytes; which kernel argument points
+// to it). The pattern is put back, so each write is reported once. Checked mode: "".
+std::string check_redzones(const void* kernel);
+// Set by pa::launch around each launch (include/pa/launch.h), read by check_redzones():
+// `count` arguments, each at values[i] (sizes[i] bytes, typeid name types[i]); elem_sizes[i]
+// is a pointer argument's element size, 0 for an argument that is not a pointer.
+void note_launch_arguments(const void* kernel, int count, const void* const* values,
+                           const size_t* sizes, const char* const* types,
+                           const size_t* elem_sizes);
 
 // The dynamic shared memory of the block a worker runs: `bytes` usable, from a buffer
 // that (in checked mode) ends at a guard page. Valid until the worker's next block.

@@ -7,9 +7,21 @@
 
 #include <cstdlib>
 #include <tuple>
+#include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include "pa/check.h"
+
+#if defined(PA_BACKEND_CPU)
+namespace emu {
+// The launch's arguments, for the report of a write outside a buffer: which argument points
+// into it (emu/src/memory_map.h).
+void note_launch_arguments(const void* kernel, int count, const void* const* values,
+                           const size_t* sizes, const char* const* types,
+                           const size_t* elem_sizes);
+}  // namespace emu
+#endif
 
 namespace pa {
 
@@ -22,6 +34,19 @@ inline void check_launch(cudaError_t err, cudaStream_t stream) {
   if (err != cudaSuccess)
     throw Error(std::string("kernel launch failed: ") + cudaGetErrorString(err));
 }
+
+// A pointer argument's element size (1 for void*); 0 for an argument that is not a pointer.
+template <typename P>
+constexpr size_t element_size() {
+  if constexpr (!std::is_pointer_v<P>) {
+    return 0;
+  } else {
+    using E = std::remove_cv_t<std::remove_pointer_t<P>>;
+    if constexpr (std::is_void_v<E>) return 1;
+    else if constexpr (std::is_object_v<E>) return sizeof(E);
+    else return 0;  // a function pointer
+  }
+}
 }  // namespace detail
 
 template <typename... Params, typename... Args>
@@ -32,8 +57,22 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
   // Arguments are copied once, like the GPU's parameter buffer; each thread then gets
   // its own by-value copies when it calls the kernel.
   std::tuple<Params...> params(std::forward<Args>(args)...);
-  cudaError_t err = ::emu::launch(reinterpret_cast<const void*>(kernel), grid, block,
-                                  shared_bytes, [&] { std::apply(kernel, params); });
+  // Where each argument is, its size and type, so that a write past a buffer can be
+  // reported with the argument that points to it (one extra slot: a kernel may take none).
+  constexpr int count = int(sizeof...(Params));
+  const void* values[count + 1] = {};
+  const size_t sizes[count + 1] = {sizeof(Params)..., 0};
+  const char* const types[count + 1] = {typeid(Params).name()..., nullptr};
+  const size_t elem_sizes[count + 1] = {detail::element_size<Params>()..., 0};
+  std::apply([&](const auto&... p) {
+    [[maybe_unused]] int i = 0;
+    ((values[i++] = &p), ...);
+  }, params);
+  const void* id = reinterpret_cast<const void*>(kernel);
+  ::emu::note_launch_arguments(id, count, values, sizes, types, elem_sizes);
+  cudaError_t err = ::emu::launch(id, grid, block, shared_bytes,
+                                  [&] { std::apply(kernel, params); });
+  ::emu::note_launch_arguments(nullptr, 0, nullptr, nullptr, nullptr, nullptr);
   detail::check_launch(err, stream);
 #elif defined(__CUDACC__)
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);

@@ -48,5 +48,38 @@ TEST(LatentWriter, RefusesAPoolOfTheWrongWidth) {
   }, "block_size 8 is not supported (16, 32 or 64)"));
 }
 
+// Issue 60: a slot one past the pool (slot == num_blocks * block_size). The row lands just
+// past the pool's allocation; on the emulator its redzone fails the launch, naming the
+// writer and the pool, where the heap used to be corrupted and the program to abort later.
+TEST(LatentWriter, ASlotOnePastThePoolIsNamedAtItsLaunch) {
+#if !defined(PA_BACKEND_CPU)
+  GTEST_SKIP() << "the GPU keeps no redzone after a buffer to catch this write: run the "
+                  "tests under compute-sanitizer --tool memcheck to find it";
+#else
+  const ch11::LatentPoolShape s{2, 16};
+  DeviceBuffer<half> c_kv(to_dtype<half>(std::vector<float>(512, 1.f)));
+  DeviceBuffer<half> k_rope(to_dtype<half>(std::vector<float>(64, 1.f)));
+  DeviceBuffer<half> pool(size_t(ch11::latent_pool_elems(s)));  // 2 x 16 rows of 576: 36864 bytes
+  DeviceBuffer<int64_t> slot(std::vector<int64_t>{2 * 16});
+  const std::string msg = error_of([&] {
+    ch11::reshape_and_cache_latent<half>(s, c_kv.get(), k_rope.get(), 1, pool.get(), slot.get());
+  });
+  EXPECT_TRUE(contains_text(msg, "reshape_and_cache_latent_kernel<__half>"));
+#if defined(PA_EMU_CHECK)
+  // Checked mode: the guard page stops the first chunk that a thread writes.
+  EXPECT_TRUE(contains_text(msg, "bytes past the end of a 36864-byte device allocation"));
+#else
+  EXPECT_TRUE(contains_text(msg,
+                            "wrote past the end of a 36864-byte device allocation (cudaMalloc)\n"
+                            "  bytes 36864..38015 of it were written: from 0 to 1151 bytes past "
+                            "its end (1152 bytes changed)\n"
+                            "  its 3rd argument (of 4, a __half*) points to it (18432 elements): "
+                            "the kernel wrote its elements 18432..19007\n"));
+  EXPECT_TRUE(contains_text(msg, "Checked mode stops the kernel at a\n"
+                                 "  write past the end and names both: make check-"));
+#endif
+#endif
+}
+
 }  // namespace
 }  // namespace pa::test

@@ -110,6 +110,9 @@ TEST(FaultReports, APlainCrashInAKernelGivesTheCheckedCommand) {
   EXPECT_TRUE(contains_text(r.output, "in kernel write_through_null_kernel"));
   EXPECT_TRUE(contains_text(r.output, "thread (5,0,0)"));
   EXPECT_TRUE(contains_text(r.output, "make check-chapter-N (N: the chapter whose tests crashed)"));
+  // A write just past a buffer would have failed the launch instead (test_redzone.cu).
+  EXPECT_TRUE(contains_text(r.output, "writes just outside a buffer (within 4 KiB\n  of its ends) "
+                                      "when the launch ends, naming the buffer: this access went farther"));
   // Eight blocks fault, on every worker at once: one of them reports.
   size_t reports = 0;
   for (size_t at = 0; (at = r.output.find("emulator: segmentation fault", at)) != std::string::npos;
@@ -124,6 +127,7 @@ TEST(FaultReports, APlainCrashOutsideKernelsNamesBothCausesAndTheChaptersCommand
   EXPECT_TRUE(contains_text(chapter.output, "(outside any kernel)"));
   EXPECT_TRUE(contains_text(chapter.output, "host code crashed"));
   EXPECT_TRUE(contains_text(chapter.output, "a kernel that ran earlier wrote out of bounds"));
+  EXPECT_TRUE(contains_text(chapter.output, "but a write farther away corrupts memory\n"));
   EXPECT_TRUE(contains_text(chapter.output, "make check-chapter-7\n"));
   const Outcome solution = run(demo_named("test_ch03_solution") + kCrash + "CrashesInHostCode");
   EXPECT_TRUE(contains_text(solution.output, "make check-solution-3\n"));
