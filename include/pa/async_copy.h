@@ -16,16 +16,19 @@
 
 #include "pa/backend.h"
 
+// On the emulator each call also passes where it is, for checked mode's reports.
 #if defined(PA_BACKEND_CPU)
 #include <source_location>
 #define PA_CALL_SITE_ std::source_location at = std::source_location::current()
+#define PA_AND_CALL_SITE_ , PA_CALL_SITE_
 #else
 #define PA_CALL_SITE_
+#define PA_AND_CALL_SITE_
 #endif
 
 namespace pa {
 
-__device__ inline void cp_async16(void* smem_dst, const void* global_src, PA_CALL_SITE_) {
+__device__ inline void cp_async16(void* smem_dst, const void* global_src PA_AND_CALL_SITE_) {
 #if defined(PA_BACKEND_CPU)
   if ((reinterpret_cast<uintptr_t>(smem_dst) | reinterpret_cast<uintptr_t>(global_src)) & 15)
     ::emu::detail::cp_async_misaligned(smem_dst, global_src, at.file_name(), int(at.line()));
@@ -62,3 +65,4 @@ __device__ inline void cp_async_wait(PA_CALL_SITE_) {
 }  // namespace pa
 
 #undef PA_CALL_SITE_
+#undef PA_AND_CALL_SITE_
