@@ -454,7 +454,7 @@ if [ "$backend" = cpu ]; then
         [ "$scope" = full ] || budget_args=(--budget "$(budget cap "planted bugs, the rest")" --rotate "$rotate" --order "$selected")
         rm -rf "$fresh-late"
         step "planted bugs the book shows (checked mode, chapters 9+): caught, named, and printed as recorded" \
-            bash -c "bash tools/run_mutants.sh $(echo $late) --jobs $(nproc 2>/dev/null || echo 2) --record '$fresh-late' ${budget_args[*]}; rc=\$?
+            bash -c "bash tools/run_mutants.sh $(echo $late) --jobs $(nproc 2>/dev/null || echo 2) --record '$fresh-late' $(printf '%q ' "${budget_args[@]}"); rc=\$?
                      if ls '$fresh-late'/mutant-*.txt > /dev/null 2>&1; then
                          bash tools/compare_recorded.sh '$fresh-late' book/src/recorded/mutants || exit 1
                      fi
