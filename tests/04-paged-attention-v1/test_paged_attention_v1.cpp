@@ -28,6 +28,8 @@ void check_case(const GoldenCase& g) {
   PagedCase<T> c(g);
   const std::vector<T> got = run_v1(c);
   const auto dims = pa::test::decode_out_dims(c.shape);
+  const pa::test::NanProbe probe(
+      [&](int64_t i) { return c.with_finite_padding([&] { return std::isnan(pa::to_float(run_v1(c)[size_t(i)])); }); });
   EXPECT_TRUE(pa::test::all_close(got, c.expected, dims, c.atol, c.rtol))
       << "case " << c.name << ": " << g.param("note");
   // Metamorphic: the same cache stored in other physical blocks gives the same output.

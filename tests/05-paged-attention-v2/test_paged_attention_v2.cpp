@@ -26,14 +26,27 @@ void check_case(const GoldenCase& g) {
   pa::ch05::Workspace ws;
   // Scratch for more partitions than any sequence has, all NaN: a reduce that reads a
   // partition past its sequence's own count (or one no kernel wrote) leaks NaN.
+  const size_t rows = size_t(c.shape.num_seqs) * c.shape.num_q_heads * (pa::ch05::num_partitions(c.max_context_len) + 2);
   ws.reserve(c.shape.num_seqs, c.shape.num_q_heads, pa::ch05::num_partitions(c.max_context_len) + 2,
              c.shape.head_size);
-  ws.poison();
-  pa::test::poison(c.out);
-  pa::ch05::paged_attention_v2<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
-                                  c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale, ws);
-  const std::vector<T> v2 = c.out.download();
+  // poisoned: the scratch all NaN; or all 0 (a NanProbe's rerun, with the pools' padding 0 too).
+  auto run_v2 = [&](bool poisoned = true) {
+    if (poisoned) {
+      ws.poison();
+    } else {
+      PA_CUDA_CHECK(cudaMemset(ws.max_logits(), 0, rows * sizeof(float)));
+      PA_CUDA_CHECK(cudaMemset(ws.exp_sums(), 0, rows * sizeof(float)));
+      PA_CUDA_CHECK(cudaMemset(ws.partial_out(), 0, rows * c.shape.head_size * sizeof(float)));
+    }
+    pa::test::poison(c.out);
+    pa::ch05::paged_attention_v2<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
+                                    c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale, ws);
+    return c.out.download();
+  };
+  const std::vector<T> v2 = run_v2();
   const auto dims = pa::test::decode_out_dims(c.shape);
+  const pa::test::NanProbe probe(
+      [&](int64_t i) { return c.with_finite_padding([&] { return std::isnan(pa::to_float(run_v2(false)[size_t(i)])); }); });
   EXPECT_TRUE(pa::test::all_close(v2, c.expected, dims, c.atol, c.rtol))
       << "case " << c.name << ": " << g.param("note");
 

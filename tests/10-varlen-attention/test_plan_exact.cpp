@@ -63,6 +63,9 @@ TEST(ChunkFor, IsTheTokensTheFairShareBuysRoundedUpToTheKvTile) {
       {4, 192 + 1.125 * 1024, 1024,
        "1024 tokens fit exactly: already a multiple of 64, it stays 1024 (not 1088)"},
       {4, 192 + 1.125 * 1000.5, 1024, "1000.5 tokens: 1000 whole ones, then rounded up: 1024"},
+      {4, 192 + 1.125 * 1024.5, 1024,
+       "1024.5 tokens: 1024 whole ones (the largest whole number that fits, not 1025), already "
+       "a multiple of 64: 1024 (a ceiling first gives 1025, then 1088)"},
       {64, 192 + 3.0 * 700, 704, "a 64-row tile pays 3 a token: 700 tokens, rounded up to 704"},
       {32, 192 + 2.0 * 1300, 1344, "32 rows pay 2 a token: 1300 tokens, rounded up to 1344"},
       {4, 192 + 1.125 * 96, 256, "96 tokens are under the 256-token minimum: 256 (not 128)"},

@@ -38,6 +38,27 @@ TEST(LatentMemory, HandWorkedSmallTrace) {
   EXPECT_EQ(ch11::latent_cache_cost({{16, 0}}, 1, 16, 1, 6 * 18432).seqs_in_budget, 12);
 }
 
+// seqs_in_budget is one division of exact products: rounding anything first loses (or
+// invents) sequences. 1 layer, bf16, blocks of 16: a block is 16 x 1,152 = 18,432 bytes.
+TEST(LatentMemory, SeqsInBudgetRoundsOnlyAtTheEnd) {
+  // 3 requests holding 1 + 1 + 2 = 4 blocks, and a budget of 1.5 blocks (27,648 bytes):
+  // 27,648 x 3 / (4 x 18,432) = 1.125 -> 1. Whole blocks first (1 block in budget) gives
+  // 1 x 3 / 4 = 0.
+  const ch11::CacheCost c = ch11::latent_cache_cost({{16, 0}, {10, 6}, {20, 12}}, 1, 16, 2, 27648);
+  EXPECT_EQ(c.seqs_in_budget, 1)
+      << "3 requests hold 4 blocks of 18,432 bytes; the budget is 27,648 bytes (1.5 blocks): "
+         "27,648 x 3 / (4 x 18,432) = 1.125, rounded down once, at the end. (0 means the budget "
+         "was rounded to whole blocks before the division: blocks_in_budget x n / blocks.)";
+  // 5 requests holding 6 blocks (110,592 bytes, a mean of 22,118.4 per request) and a budget
+  // of 22,118 bytes: 22,118 x 5 / 110,592 = 0.99998 -> 0. Dividing by the mean rounded down
+  // first (110,592 / 5 = 22,118) gives 1: a sequence that does not fit.
+  const ch11::CacheCost d = ch11::latent_cache_cost({{16, 0}, {1, 0}, {8, 8}, {3, 2}, {17, 15}}, 1, 16, 2, 22118);
+  EXPECT_EQ(d.seqs_in_budget, 0)
+      << "5 requests hold 6 blocks (110,592 bytes); the budget is 22,118 bytes: 22,118 x 5 / "
+         "110,592 = 0.99998, rounded down: 0. (1 means the budget was divided by the mean "
+         "request rounded down first: 110,592 / 5 = 22,118, which overestimates.)";
+}
+
 // The same bill as chapter 3's paged_memory_report gives a cache of the same bytes per
 // token, on the course's trace, and no overflow at a huge budget.
 TEST(LatentMemory, AgreesWithChapter3AndDoesNotOverflow) {

@@ -2,6 +2,8 @@
 // bit for bit, every untouched element still the pool's poison.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "compare.h"
 #include "golden.h"
 #include "pa/ch11_mla.h"
@@ -46,6 +48,51 @@ TEST(LatentWriter, RefusesAPoolOfTheWrongWidth) {
   EXPECT_TRUE(error_contains([&] {
     ch11::reshape_and_cache_latent<half>(ch11::LatentPoolShape{1, 8}, x.get(), x.get(), 1, pool.get(), slot.get());
   }, "block_size 8 is not supported (16, 32 or 64)"));
+}
+
+// A pool of a few GB passes 2^31 elements: slot 7,456,541's row starts at element
+// 7,456,541 x 576 = 4,294,967,616 = 2^32 + 320. An offset computed in 32 bits wraps to 320,
+// inside row 0. The pool (8.6 GB) is only reserved: the test poisons and reads back just the
+// rows it looks at (the emulator's allocations, like the GPU's, are not touched until used).
+TEST(LatentWriter, SlotsPastTwoToThe32ElementsUse64BitOffsets) {
+  const int64_t slot = 7'456'541, row = ch11::kRowWidth;
+  const ch11::LatentPoolShape s{int((slot + 64) / 64), 64};
+  DeviceBuffer<half> pool(size_t(ch11::latent_pool_elems(s)));
+  std::vector<float> c(512), r(64);
+  for (int e = 0; e < 512; ++e) c[size_t(e)] = float(e % 61 + 1);
+  for (int e = 0; e < 64; ++e) r[size_t(e)] = float(-1 - e);
+  DeviceBuffer<half> c_kv(to_dtype<half>(c)), k_rope(to_dtype<half>(r));
+  DeviceBuffer<int64_t> d_slot(std::vector<int64_t>{slot});
+  // Rows 0-1 (where a wrapped offset lands) and slots slot - 1 .. slot + 1, all NaN.
+  const std::vector<half> nan_rows(size_t(3 * row), all_ones<half>());
+  auto put = [&](int64_t first_row, int rows) {
+    PA_CUDA_CHECK(cudaMemcpy(pool.get() + first_row * row, nan_rows.data(), size_t(rows * row) * sizeof(half),
+                             cudaMemcpyHostToDevice));
+  };
+  auto get = [&](int64_t first_row, int rows) {
+    std::vector<half> h(size_t(rows * row));
+    PA_CUDA_CHECK(cudaMemcpy(h.data(), pool.get() + first_row * row, h.size() * sizeof(half), cudaMemcpyDeviceToHost));
+    return h;
+  };
+  put(0, 2);
+  put(slot - 1, 3);
+  ch11::reshape_and_cache_latent<half>(s, c_kv.get(), k_rope.get(), 1, pool.get(), d_slot.get());
+  PA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> want(size_t(3 * row), std::numeric_limits<float>::quiet_NaN());
+  for (int e = 0; e < 512; ++e) want[size_t(row + e)] = c[size_t(e)];
+  for (int e = 0; e < 64; ++e) want[size_t(row + 512 + e)] = r[size_t(e)];
+  const std::vector<half> low = get(0, 2);
+  int64_t changed = 0, first_changed = -1;
+  for (size_t i = 0; i < low.size(); ++i)
+    if (bits_of(low[i]) != bits_of(all_ones<half>()) && changed++ == 0) first_changed = int64_t(i);
+  EXPECT_EQ(changed, 0) << "writing slot " << slot << " (its row starts at element " << slot * row
+                        << " = 2^32 + 320) changed " << changed << " elements of the pool's rows 0-1, the "
+                        << "first at row " << first_changed / row << ", element " << first_changed % row
+                        << ": the row's offset was computed in 32 bits and wrapped past 2^32. Offsets "
+                           "into the pool must be 64-bit (an int64_t slot, times the row width in 64 bits)";
+  EXPECT_TRUE(exactly_equal(get(slot - 1, 3), want, Dims{{"row (0: slot - 1, 1: the slot, 2: slot + 1)", 3}, {"element", row}},
+                            all_ones<half>()))
+      << "slot " << slot << " (the middle row here) must hold the token's row, and its neighbours stay NaN";
 }
 
 // Issue 60: a slot one past the pool (slot == num_blocks * block_size). The row lands just

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -74,7 +75,48 @@ void poison(DeviceBuffer<T>& out) { out.upload(std::vector<T>(out.size(), output
 inline constexpr const char* kNeverWritten = "never written (still the output poison)";
 inline constexpr const char* kReadPoison =
     "a computed NaN: a NaN-poisoned input slot was read (a block-table entry past the "
-    "sequence's blocks, a token at or past context_len, padding)";
+    "sequence's blocks, a token at or past context_len, padding): rerun with 0 in every "
+    "poisoned slot, this element is a number";
+inline constexpr const char* kMadeNaN =
+    "a NaN the arithmetic made, not one read from the padding: rerun with 0 in every poisoned "
+    "input slot, this element is still NaN. Look for inf/inf, inf - inf, 0/0 or 0 * inf: exp() "
+    "of a score whose maximum was not subtracted first overflows to inf";
+inline constexpr const char* kSomeNaN =
+    "a computed NaN: a NaN-poisoned input slot was read (a block-table entry past the "
+    "sequence's blocks, a token at or past context_len, padding), or the arithmetic made one "
+    "(inf/inf, 0/0: exp() of a score whose maximum was not subtracted overflows to inf)";
+
+// ---- Where a computed NaN came from ------------------------------------------------------
+
+// A test whose inputs hold NaN poison says how to rerun its case with a finite value (0) in
+// every poisoned input slot: the rerun returns whether output element `index` is still NaN.
+// all_close reruns once, at the first computed NaN, and names the cause: a NaN that goes
+// away was read from the poison; one that stays was made by the arithmetic.
+using NanRerun = std::function<bool(int64_t index)>;
+inline const NanRerun*& current_nan_rerun() {
+  thread_local const NanRerun* rerun = nullptr;
+  return rerun;
+}
+// While in scope, all_close's failures use this rerun (nested probes: the innermost).
+class NanProbe {
+ public:
+  explicit NanProbe(NanRerun rerun) : rerun_(std::move(rerun)), outer_(current_nan_rerun()) {
+    current_nan_rerun() = &rerun_;
+  }
+  ~NanProbe() { current_nan_rerun() = outer_; }
+  NanProbe(const NanProbe&) = delete;
+  NanProbe& operator=(const NanProbe&) = delete;
+
+ private:
+  NanRerun rerun_;
+  const NanRerun* outer_;
+};
+// The cause of the computed NaN at `index`: a rerun's answer, or both causes without one.
+inline const char* computed_nan_cause(int64_t index) {
+  const NanRerun* rerun = current_nan_rerun();
+  if (rerun == nullptr) return kSomeNaN;
+  return (*rerun)(index) ? kMadeNaN : kReadPoison;
+}
 
 // ---- Approximate: attention outputs ----------------------------------------------------
 
@@ -109,17 +151,26 @@ template <typename G>
   os << "; max abs error " << value_text(max_abs, 4) << ", max rel error " << value_text(max_rel, 4)
      << (nans ? " (NaN not counted)" : "") << "; tolerance atol " << atol << " + rtol " << rtol
      << " * |want|\n  first at " << where(dims, int64_t(f)) << ": got " << value_text(to_float(got[f]));
+  // One rerun at most: the cause of the first computed NaN.
+  const int64_t first_computed = [&] {
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::isnan(to_float(got[i])) && bits_of(got[i]) != bits_of(output_poison<G>())) return int64_t(i);
+    return int64_t(-1);
+  }();
+  const char* cause = first_computed >= 0 ? computed_nan_cause(first_computed) : nullptr;
   if (std::isnan(to_float(got[f])))
     os << " (" << hex_of(got[f]) << "), want " << value_text(want[f]) << ": "
-       << (bits_of(got[f]) == bits_of(output_poison<G>()) ? kNeverWritten : kReadPoison);
+       << (bits_of(got[f]) == bits_of(output_poison<G>()) ? kNeverWritten : cause);
   else
     os << ", want " << value_text(want[f]) << " (error "
        << value_text(std::fabs(to_float(got[f]) - want[f]), 3) << ")";
   os << "\n  " << bad.summary();
   if (nans) {
-    os << "\n  NaN: " << unwritten << " " << kNeverWritten << ", " << nans - unwritten
-       << " computed (a NaN-poisoned input slot was read)";
-    if (first_nan != int64_t(f)) os << "; the first at " << where(dims, first_nan);
+    os << "\n  NaN: " << unwritten << " " << kNeverWritten << ", " << nans - unwritten << " computed";
+    if (first_computed >= 0 && first_computed != int64_t(f))
+      os << "; the first computed one at " << where(dims, first_computed) << ": " << cause;
+    else if (first_nan != int64_t(f))
+      os << "; the first at " << where(dims, first_nan);
   }
   return ::testing::AssertionFailure() << os.str();
 }
