@@ -219,8 +219,8 @@ class VarlenAttention {
 
   const Plan& host_plan() const { return plan_; }
   // Fills the partial-result workspace with NaN: a merge that reads a partial no item wrote
-  // shows it.
-  void poison_workspace();
+  // shows it. (Another byte for a test's rerun that tells a NaN read from one computed.)
+  void poison_workspace(int byte = 0xff);
 
  private:
   template <typename T, typename C, typename Mask>

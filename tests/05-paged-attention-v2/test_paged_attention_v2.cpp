@@ -29,14 +29,15 @@ void check_case(const GoldenCase& g) {
   const size_t rows = size_t(c.shape.num_seqs) * c.shape.num_q_heads * (pa::ch05::num_partitions(c.max_context_len) + 2);
   ws.reserve(c.shape.num_seqs, c.shape.num_q_heads, pa::ch05::num_partitions(c.max_context_len) + 2,
              c.shape.head_size);
-  // poisoned: the scratch all NaN; or all 0 (a NanProbe's rerun, with the pools' padding 0 too).
+  // poisoned: the scratch all NaN; or a NanProbe's rerun, with the pools' padding 0 and the
+  // scratch all 0x3F bytes (every float 0.747: an unwritten partition's exp-sum is not 0).
   auto run_v2 = [&](bool poisoned = true) {
     if (poisoned) {
       ws.poison();
     } else {
-      PA_CUDA_CHECK(cudaMemset(ws.max_logits(), 0, rows * sizeof(float)));
-      PA_CUDA_CHECK(cudaMemset(ws.exp_sums(), 0, rows * sizeof(float)));
-      PA_CUDA_CHECK(cudaMemset(ws.partial_out(), 0, rows * c.shape.head_size * sizeof(float)));
+      PA_CUDA_CHECK(cudaMemset(ws.max_logits(), 0x3f, rows * sizeof(float)));
+      PA_CUDA_CHECK(cudaMemset(ws.exp_sums(), 0x3f, rows * sizeof(float)));
+      PA_CUDA_CHECK(cudaMemset(ws.partial_out(), 0x3f, rows * c.shape.head_size * sizeof(float)));
     }
     pa::test::poison(c.out);
     pa::ch05::paged_attention_v2<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),

@@ -42,8 +42,11 @@ void check_case(const GoldenCase& g) {
   const auto dims = pa::test::varlen_out_dims(c.shape);
   VarlenAttention attn;
   const std::vector<T> got = c.run(attn, kWholeTiles);
-  EXPECT_TRUE(pa::test::all_close(got, c.expected, dims, c.atol, c.rtol))
-      << c.name << ": " << g.param("note") << "\n  " << plan_text(attn);
+  {
+    const pa::test::NanProbe probe(c.nan_rerun(attn, kWholeTiles));
+    EXPECT_TRUE(pa::test::all_close(got, c.expected, dims, c.atol, c.rtol))
+        << c.name << ": " << g.param("note") << "\n  " << plan_text(attn);
+  }
   if (c.fp8)  // what fp8 costs, against the values before quantization (chapter 6's bound)
     EXPECT_TRUE(pa::test::all_close(got, c.unquantized, dims, c.fp8_atol, c.fp8_rtol))
         << "vs the unquantized reference, " << c.name;
@@ -57,6 +60,7 @@ void check_case(const GoldenCase& g) {
   // Small grids: many items per thread block.
   for (int grid : {1, 3, 7}) {
     const std::vector<T> out = c.run(attn, kWholeTiles, grid);
+    const pa::test::NanProbe probe(c.nan_rerun(attn, kWholeTiles, grid));
     EXPECT_TRUE(pa::test::all_close(out, c.expected, dims, c.atol, c.rtol))
         << "whole tiles, forced grid " << grid << ", " << c.name << "\n  " << plan_text(attn);
   }
@@ -76,6 +80,7 @@ void check_split_case(const GoldenCase& g) {
   for (const Forced f : {Forced{0, 0}, Forced{32, 0}, Forced{64, 0}, Forced{96, 0}, Forced{0, 1},
                          Forced{32, 3}, Forced{0, 7}}) {
     const std::vector<T> out = c.run(attn, f.chunk_tokens, f.grid);
+    const pa::test::NanProbe probe(c.nan_rerun(attn, f.chunk_tokens, f.grid));
     EXPECT_TRUE(pa::test::all_close(out, c.expected, dims, c.atol, c.rtol))
         << "forced chunk_tokens " << f.chunk_tokens << ", grid " << f.grid << " (0: the "
         << "planner's), " << c.name << "\n  " << plan_text(attn);

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,8 @@ struct VarlenCase {
     if (fp8) {
       std::vector<uint8_t> k = c.get<uint8_t>("k_pool"), v = c.get<uint8_t>("v_pool");
       if (permutation_seed) permute_pool_blocks(k, v, table, shape.num_blocks, permutation_seed);
+      k8_host = k;
+      v8_host = v;
       k8 = DeviceBuffer<uint8_t>(k);
       v8 = DeviceBuffer<uint8_t>(v);
       k_scale = DeviceBuffer<float>(c.get<float>("k_scale"));
@@ -68,8 +71,10 @@ struct VarlenCase {
     } else {
       std::vector<float> k = c.get<float>("k_pool"), v = c.get<float>("v_pool");
       if (permutation_seed) permute_pool_blocks(k, v, table, shape.num_blocks, permutation_seed);
-      k_pool = DeviceBuffer<T>(to_dtype<T>(k));
-      v_pool = DeviceBuffer<T>(to_dtype<T>(v));
+      k_host = to_dtype<T>(k);
+      v_host = to_dtype<T>(v);
+      k_pool = DeviceBuffer<T>(k_host);
+      v_pool = DeviceBuffer<T>(v_host);
     }
     seq_lens = c.get<int>("seq_lens");
     qsl = c.get<int>("query_start_loc");
@@ -94,6 +99,52 @@ struct VarlenCase {
     ch10::check_metadata(shape, table, seq_lens, qsl);
     attn.plan(shape, dtype_of<T>(), cache(), seq_lens, qsl, chunk_tokens, grid);
     attn.poison_workspace();  // a merge that reads a partial no item wrote shows NaN
+    return launch(attn);
+  }
+
+  // The same run with finite values in every NaN-poisoned input slot, then the poison put
+  // back: a NanProbe's rerun. The pools' padding holds 0; the workspace the byte 0x3F (every
+  // float 0.747: a partial no item wrote then has an exp-sum that is not 0, no 0/0).
+  std::vector<T> run_finite(ch10::VarlenAttention& attn, int chunk_tokens = 0, int grid = 0) {
+    auto finite = [](auto x) {
+      using E = typename decltype(x)::value_type;
+      for (E& e : x) {
+        if constexpr (std::is_same_v<E, uint8_t>) {
+          if ((e & 0x7f) == 0x7f) e = 0;  // e4m3's NaN
+        } else if (std::isnan(to_float(e))) {
+          e = E(0.f);
+        }
+      }
+      return x;
+    };
+    if (fp8) {
+      k8.upload(finite(k8_host));
+      v8.upload(finite(v8_host));
+    } else {
+      k_pool.upload(finite(k_host));
+      v_pool.upload(finite(v_host));
+    }
+    attn.plan(shape, dtype_of<T>(), cache(), seq_lens, qsl, chunk_tokens, grid);
+    attn.poison_workspace(0x3f);
+    std::vector<T> result = launch(attn);
+    if (fp8) {
+      k8.upload(k8_host);
+      v8.upload(v8_host);
+    } else {
+      k_pool.upload(k_host);
+      v_pool.upload(v_host);
+    }
+    return result;
+  }
+
+  // A probe that reruns this case as run(attn, chunk_tokens, grid) did, with finite padding.
+  NanRerun nan_rerun(ch10::VarlenAttention& attn, int chunk_tokens = 0, int grid = 0) {
+    return [this, &attn, chunk_tokens, grid](int64_t i) {
+      return std::isnan(to_float(run_finite(attn, chunk_tokens, grid)[size_t(i)]));
+    };
+  }
+
+  std::vector<T> launch(ch10::VarlenAttention& attn) {
     poison(out);              // a row the kernel never writes keeps this NaN
     if (fp8)
       attn.run_fp8<T>(out.get(), q.get(), k8.get(), v8.get(), d_table.get(), d_lens.get(),
@@ -111,6 +162,8 @@ struct VarlenCase {
   std::vector<double> expected, unquantized;
   float scale;
   double atol, rtol, fp8_atol = 0, fp8_rtol = 0;
+  std::vector<T> k_host, v_host;        // the pools as the case has them, poison included
+  std::vector<uint8_t> k8_host, v8_host;
   DeviceBuffer<T> q, k_pool, v_pool, out;
   DeviceBuffer<uint8_t> k8, v8;
   DeviceBuffer<float> k_scale, v_scale;

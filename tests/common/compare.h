@@ -75,12 +75,12 @@ void poison(DeviceBuffer<T>& out) { out.upload(std::vector<T>(out.size(), output
 inline constexpr const char* kNeverWritten = "never written (still the output poison)";
 inline constexpr const char* kReadPoison =
     "a computed NaN: a NaN-poisoned input slot was read (a block-table entry past the "
-    "sequence's blocks, a token at or past context_len, padding): rerun with 0 in every "
-    "poisoned slot, this element is a number";
+    "sequence's blocks, a token at or past context_len, padding): rerun with a finite value "
+    "in every poisoned slot, this element is a number";
 inline constexpr const char* kMadeNaN =
-    "a NaN the arithmetic made, not one read from the padding: rerun with 0 in every poisoned "
-    "input slot, this element is still NaN. Look for inf/inf, inf - inf, 0/0 or 0 * inf: exp() "
-    "of a score whose maximum was not subtracted first overflows to inf";
+    "a NaN the arithmetic made, not one read from the padding: rerun with a finite value in "
+    "every poisoned input slot, this element is still NaN. Look for inf/inf, inf - inf, 0/0 "
+    "or 0 * inf: exp() of a score whose maximum was not subtracted first overflows to inf";
 inline constexpr const char* kSomeNaN =
     "a computed NaN: a NaN-poisoned input slot was read (a block-table entry past the "
     "sequence's blocks, a token at or past context_len, padding), or the arithmetic made one "
@@ -88,7 +88,7 @@ inline constexpr const char* kSomeNaN =
 
 // ---- Where a computed NaN came from ------------------------------------------------------
 
-// A test whose inputs hold NaN poison says how to rerun its case with a finite value (0) in
+// A test whose inputs hold NaN poison says how to rerun its case with a finite value in
 // every poisoned input slot: the rerun returns whether output element `index` is still NaN.
 // all_close reruns once, at the first computed NaN, and names the cause: a NaN that goes
 // away was read from the poison; one that stays was made by the arithmetic.
