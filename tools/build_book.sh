@@ -6,6 +6,8 @@ set -euo pipefail
 build=$1 python=$2
 gen=book/src/generated
 mkdir -p "$gen"
+# The introduction's list of chapters and appendices, from SUMMARY.md and book/path.toml.
+"$python" tools/book_path.py "$gen/path.md"
 here="$(pwd)/"
 
 # The exact red output of the untouched chapter 1 skeleton: its first failure and the
