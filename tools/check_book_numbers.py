@@ -120,14 +120,62 @@ def shown(f: Path) -> str:
     return text
 
 
+GPU = re.compile(r"\bH(?:100|200)\b")
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
+def gpus_of(path: Path) -> set[str]:
+    """The GPU(s) a results file was measured on: a CSV's device column, else the -h100 /
+    -h200 of its name, else the GPUs its first three lines name. Empty: not known (NOTES.md,
+    a benchmark's source, a figure)."""
+    if not path.is_file() or "bench/results" not in str(path):
+        return set()
+    if path.suffix == ".csv":
+        import csv
+        with open(path, newline="") as f:
+            return {m for row in csv.DictReader(f) for m in GPU.findall(row.get("device") or "")}
+    named = set(GPU.findall(path.stem.upper().replace("-", " ")))
+    if named:
+        return named
+    return set(GPU.findall("\n".join(path.read_text().splitlines()[:3])))
+
+
+def gpu_problems(page: str, line: int, para: str, heading: str, before: str, sources: list[str],
+                 measured: int) -> list[str]:
+    """A paragraph that quotes measured numbers from a results file says which GPU ran it:
+    the file's GPU is named in the paragraph's prose (comments do not count) or in the
+    heading of its section ("## The ladder, on the H100"); a table's, in the paragraph
+    that introduces it (`before`) too."""
+    if measured == 0:
+        return []
+    prose = COMMENT.sub("", para)
+    if prose.lstrip().startswith("|"):
+        prose += "\n" + COMMENT.sub("", before)
+    said = set(GPU.findall(prose + "\n" + heading))
+    out = []
+    for s in sources:
+        g = gpus_of(ROOT / s)
+        if g and not g & said:
+            out.append(f"{page}:{line}: quotes measured numbers from {s}, measured on the "
+                       f"{' and '.join(sorted(g))}, but does not name that GPU"
+                       + (f" (it names the {' and '.join(sorted(said))})" if said else ""))
+    return out
+
+
 def problems() -> tuple[int, list[str]]:
     found, bad = 0, []
     for page in sorted((ROOT / "book" / "src").glob("*.md")):
         text = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), page.read_text())
         offset = 0
+        heading = previous = ""
         for para in re.split(r"(\n\s*\n)", text):
             line = text.count("\n", 0, offset) + 1
             offset += len(para)
+            if not para.strip():
+                continue
+            intro, previous = previous, para
+            for h in re.findall(r"^#{2,4} .*$", para, re.M):
+                heading = h
             sources = sorted(set(SOURCE.findall(para)))
             if not sources:
                 continue
@@ -147,6 +195,7 @@ def problems() -> tuple[int, list[str]]:
             body = plain(body)
             derived = marked(para)
             prose = DERIVED.sub("", para)
+            counted = found
             for m in MEASURED.finditer(prose):
                 if BOUND.search(prose[max(0, m.start() - 12):m.start()]):
                     continue
@@ -157,6 +206,7 @@ def problems() -> tuple[int, list[str]]:
                     at = line + prose.count("\n", 0, m.start())
                     bad.append(f"{page.name}:{at}: {n} (in '{m.group(0)}') is in none of {', '.join(sources)} "
                                f"(copy it from there, or say how it is derived: <!-- derived: ... -->)")
+            bad += gpu_problems(page.name, line, para, heading, intro, sources, found - counted)
     return found, bad
 
 

@@ -73,3 +73,37 @@ def test_a_source_comment_narrows_notes_to_its_entries():
     assert c.notes_entries("(`NOTES.md`, \"ch10 v6\") 70.9 µs", NOTES) == (None, [])
     # A title no entry has is reported, not silently widened to the notebook.
     assert c.notes_entries('<!-- source: NOTES.md "ch10 v7" -->', NOTES) == ("", ["ch10 v7"])
+
+
+def test_a_results_file_knows_its_gpu(tmp_path, monkeypatch):
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    (res / "a.csv").write_text("kernel,us,device\nx,1.0,NVIDIA H200\n")
+    (res / "b-h100.md").write_text("| x |\n")
+    (res / "c.md").write_text("Measured on NVIDIA H100 80GB HBM3. Ceilings...\n\n| x |\n")
+    (res / "d.md").write_text("| x | 1.0 |\n")
+    assert c.gpus_of(res / "a.csv") == {"H200"}
+    assert c.gpus_of(res / "b-h100.md") == {"H100"}
+    assert c.gpus_of(res / "c.md") == {"H100"}
+    assert c.gpus_of(res / "d.md") == set()  # not known: no rule applies
+
+
+def test_a_measured_number_names_the_gpu_of_its_file(monkeypatch):
+    monkeypatch.setattr(c, "gpus_of", lambda path: {"H200"} if "h200" in str(path) else {"H100"})
+    src = ["bench/results/x-h200.md"]
+    bad = c.gpu_problems("p.md", 3, "It takes 59.1 µs (`bench/results/x-h200.md`).", "## Results", "", src, 1)
+    assert bad == ["p.md:3: quotes measured numbers from bench/results/x-h200.md, measured on the H200, "
+                   "but does not name that GPU"]
+    # The other GPU is named, not this one: said so.
+    bad = c.gpu_problems("p.md", 3, "On the H100 it took 59.1 µs. <!-- source: bench/results/x-h200.md -->",
+                         "", "", src, 1)
+    assert bad and bad[0].endswith("(it names the H100)")
+    # Named in the prose, in the section's heading, or (a table) in the sentence before it.
+    assert c.gpu_problems("p.md", 3, "59.1 µs on the H200 (`bench/results/x-h200.md`)", "", "", src, 1) == []
+    assert c.gpu_problems("p.md", 3, "59.1 µs (`bench/results/x-h200.md`)", "## On the H200", "", src, 1) == []
+    assert c.gpu_problems("p.md", 3, "| a | 59.1 µs |\n<!-- source: bench/results/x-h200.md -->", "",
+                          "The H200's times:", src, 1) == []
+    # A comment is not a label, and a paragraph with no measured number needs none.
+    assert c.gpu_problems("p.md", 3, "59.1 µs <!-- H200 --> <!-- source: bench/results/x-h200.md -->",
+                          "", "", src, 1) != []
+    assert c.gpu_problems("p.md", 3, "See `bench/results/x-h200.md`.", "", "", src, 0) == []
