@@ -1,6 +1,6 @@
 // Chapter 12: the hybrid block manager. One pool, one GroupBlockManager (chapter 7's
-// sharing manager) per layer group, driven together. Given code: your part is
-// sliding_window.cpp.
+// sharing manager) per layer group, driven together. Given code: your parts are
+// sliding_window.cpp (free_dead_blocks) and step_blocks.cpp, which append_slots asks.
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -260,14 +260,16 @@ std::vector<std::vector<int64_t>> HybridBlockManager::append_slots(int seq_id, i
   PA_REQUIRE(has_sequence(seq_id), "append_slots: unknown sequence " << seq_id);
   PA_REQUIRE(n >= 0, "append_slots: negative token count " << n << " for sequence " << seq_id);
   // This step's queries start at the current length: what they cannot see goes back first,
-  // and the new blocks may reuse it.
+  // and the new blocks may reuse it. When the free blocks cover every block the append takes,
+  // it fits; otherwise step_blocks (exercise 2) says what it needs after its windows' frees.
   const int takes = blocks_needed(seq_id, n);
-  int gives = 0;
-  for (const auto& g : groups_) gives += g->dead_blocks_to_pool(seq_id);
-  if (takes > num_free() + gives)
-    throw ch02::OutOfBlocks("append_slots: sequence " + std::to_string(seq_id) + " needs " +
-                            std::to_string(takes) + " more blocks, only " + std::to_string(num_free() + gives) +
-                            " are free");
+  if (takes > num_free()) {
+    const int need = step_blocks({seq_id}, {n});  // takes less what the windows give back
+    if (need > num_free())
+      throw ch02::OutOfBlocks("append_slots: sequence " + std::to_string(seq_id) + " needs " +
+                              std::to_string(takes) + " more blocks, only " +
+                              std::to_string(num_free() + takes - need) + " are free");
+  }
   for (auto& g : groups_) g->free_dead_blocks(seq_id);
   std::vector<std::vector<int64_t>> slots;
   for (auto& g : groups_) slots.push_back(g->append_slots(seq_id, n));
@@ -275,6 +277,6 @@ std::vector<std::vector<int64_t>> HybridBlockManager::append_slots(int seq_id, i
 }
 // ANCHOR_END: append_slots
 
-// step_blocks: step_blocks.cpp (a stretch exercise).
+// step_blocks: step_blocks.cpp (exercise 2).
 
 }  // namespace pa::ch12

@@ -183,8 +183,10 @@ HybridStepReport HybridEngine::step() {
   };
   std::vector<Scheduled> sched;
   int budget = cfg_.max_tokens_per_step;
-  // The blocks the step takes so far plus n tokens of r: the manager's step_blocks, which
-  // counts what each group's window frees before it appends.
+  // The blocks the step takes so far plus n tokens of r: the manager's step_blocks (exercise
+  // 2), which counts what each group's window frees before it appends. Every decision below
+  // rests on it: how long a running request's chunk is, when the newest is preempted, and
+  // what is left of the free blocks for a swap-in or an admission.
   auto takes = [&](const Req* r, int n) {
     std::vector<int> ids, counts;
     for (const Scheduled& e : sched) {

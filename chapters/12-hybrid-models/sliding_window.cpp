@@ -1,6 +1,8 @@
 // Your exercise file. (Generated from solutions/12-hybrid-models/sliding_window.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 12, exercises 1 and 2: which blocks a sliding window still needs, and giving the
-// others back. (The hybrid manager around them is hybrid_block_manager.cpp.)
+// Chapter 12, exercise 1: giving a sequence's dead blocks back in one layer group, with
+// forks and prefix-cache hits holding some of them. (Given here: first_needed_block, which
+// says where a window's live blocks start. The hybrid manager around the groups is
+// hybrid_block_manager.cpp; exercise 2, the blocks of a step, is step_blocks.cpp.)
 #include <algorithm>
 
 #include "pa/ch12_hybrid.h"
@@ -8,17 +10,14 @@
 namespace pa::ch12 {
 
 // ANCHOR: first_needed_block
+// A query at position p of a sliding group sees the keys p - window + 1 .. p that exist
+// (>= 0); later queries see less to the left, never more, so the query at next_pos decides.
+// Block i holds positions i * block_size .. i * block_size + block_size - 1: the block that
+// holds that query's first key is the first one still needed. A full group needs them all.
 int first_needed_block(const LayerGroup& group, int next_pos, int block_size) {
   PA_REQUIRE(next_pos >= 0, "first_needed_block: negative position " << next_pos);
-  // TODO(ch12): return the index of the first logical block (block i holds positions
-  //   i * block_size .. i * block_size + block_size - 1) that holds a key some query at a
-  //   position >= next_pos can see. A query at position p of a sliding group sees the keys
-  //   at positions p - window + 1 .. p that exist (>= 0): `window` keys, its own included.
-  //   A query of a full group sees every earlier key. Every block before the returned one is
-  //   dead: no current or future query reads it; the returned block is not.
-  //   Examples (block_size 16, window 32): next_pos 0 -> 0; 46 -> 0 (position 15 is still
-  //   seen); 47 -> 1.
-  PA_TODO("ch12");
+  if (group.kind == Attention::full) return 0;
+  return std::max(0, next_pos - group.window + 1) / block_size;
 }
 // ANCHOR_END: first_needed_block
 
@@ -62,27 +61,24 @@ void GroupBlockManager::add_with(int seq_id, const std::vector<int>& table, int 
   seq.length = length;
 }
 
-int GroupBlockManager::dead_blocks_to_pool(int seq_id) const {
-  const Sequence& seq = find(seq_id, "dead_blocks_to_pool");
-  const int first = std::min(first_needed_block(group_, seq.length, block_size_), int(seq.blocks.size()));
-  int n = 0;
-  for (int i = 0; i < first; ++i)
-    n += seq.blocks[size_t(i)] != kNullBlock && refcount_[size_t(seq.blocks[size_t(i)])] == 1;
-  return n;
-}
-
 // ANCHOR: free_dead_blocks
 int GroupBlockManager::free_dead_blocks(int seq_id) {
   Sequence& seq = find(seq_id, "free_dead_blocks");
-  // TODO(ch12): the sequence's next query is at position seq.length. Every entry of
-  //   seq.blocks that holds no key that query (or a later one) can see is dead: on return
-  //   it is kNullBlock, and the sequence no longer owns its block: the block's refcount_
-  //   has one owner fewer, and a block left with no owner went back to the pool through
-  //   drop_block (a block a forked sequence still holds stays, with that owner). Entries a
-  //   query can still see are untouched, and so is every entry of a full group. An entry
-  //   that is already kNullBlock is owned by nobody: its refcount_ never changes and it
-  //   never goes to drop_block. seq.blocks keeps its size (entry i is logical block i) and
-  //   seq.length does not change. Returns the number of blocks that went back to the pool.
+  // TODO(ch12): give up the sequence's dead entries in this group. Its next query is at
+  //   position seq.length; an entry is dead when no key in it is seen by that query or a
+  //   later one (first_needed_block, above: a full group has no dead entry). On return:
+  //   - every dead entry is kNullBlock; every other entry is untouched; seq.blocks keeps its
+  //     size (entry i is logical block i) and seq.length does not change;
+  //   - the sequence owns none of the blocks its dead entries held: each has one owner fewer
+  //     in refcount_. A block that another sequence also holds (a fork, either way, or a
+  //     prefix-cache hit that shares it) stays allocated, theirs. A block left with no
+  //     owner went to drop_block exactly once, a block the prefix cache registered too:
+  //     the cache is not an owner, and drop_block keeps such a block cached, evictable
+  //     (counted free), instead of freeing it;
+  //   - a kNullBlock entry is owned by nobody: no refcount_ changes for it and it never
+  //     reaches drop_block (which refuses it).
+  //   Returns the number of blocks that went to drop_block. Tests: FreeDeadBlocks.*,
+  //   HybridHand.*, Ch12/HeldGolden.*, Gemma3Like.*, HybridRandom.*.
   PA_TODO("ch12");
 }
 // ANCHOR_END: free_dead_blocks

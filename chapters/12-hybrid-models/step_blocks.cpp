@@ -1,5 +1,8 @@
 // Your exercise file. (Generated from solutions/12-hybrid-models/step_blocks.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 12, stretch exercise 6: the exact blocks of a step with sliding windows.
+// Chapter 12, exercise 2: the blocks a step takes from the one pool, every layer group
+// together, when each append's windows give blocks back first. The engine plans every step
+// with it (hybrid_engine.cpp: how long a chunk fits, what is left for an admission), and
+// append_slots asks it before it refuses an append (hybrid_block_manager.cpp).
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,19 +22,20 @@ int HybridBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::
                                                                         << seq_ids[i]);
     PA_REQUIRE(seen.insert(seq_ids[i]).second, "step_blocks: sequence " << seq_ids[i] << " appears twice in one step");
   }
-  // TODO(ch12, stretch): return the smallest num_free() with which
-  //   append_slots(seq_ids[i], new_tokens[i]) for i = 0, 1, ... in this order all succeed.
-  //   Each append first gives back what its sliding groups free (those blocks can serve its
-  //   own new blocks and every later append's), then takes its new blocks and copies
-  //   (blocks_needed). A dead block another sequence still holds goes back only when its
-  //   last owner frees it, and of the owners of one shared, partly filled tail that append,
-  //   the last writes in place (chapter 7's rule). Never negative; nothing changes (const).
-  //   Checked by StretchStepBlocks.* (tests/12-hybrid-models/test_stretch_step_blocks.cpp).
-  // Given for now: every block every append takes, none given back (an upper
-  // bound; the stretch tests want the exact count). Replace it with your answer.
-  int bound = 0;
-  for (size_t i = 0; i < seq_ids.size(); ++i) bound += blocks_needed(seq_ids[i], new_tokens[i]);
-  return bound;
+  // TODO(ch12): return the smallest num_free() with which append_slots(seq_ids[i],
+  //   new_tokens[i]) for i = 0, 1, ... in this order all succeed, every layer group drawing
+  //   on the one pool. Each append, in each group, first gives back what free_dead_blocks
+  //   would give back at that moment (its entries before first_needed_block(group,
+  //   length, block_size)), and those blocks serve its own new blocks and every later
+  //   append's; then it takes blocks_needed: its new blocks, plus a copy of a shared,
+  //   partly filled tail. Sequences of one step may share blocks (forks, prefix-cache hits):
+  //   a dead block goes back only from the last of its holders to free it, so an earlier
+  //   append of the step may leave it fewer holders; and of the holders of one shared tail
+  //   that append, the last one left writes in place, with no copy (chapter 7's rule).
+  //   Never negative. Nothing changes (const): the manager stays as it was. Tests:
+  //   StepBlocks.* (test_step_blocks.cpp; StepBlocks.ExactUnderRandomOperations in
+  //   test_hybrid_random.cpp compares thousands of steps with what their appends took).
+  PA_TODO("ch12");
 }
 // ANCHOR_END: step_blocks
 

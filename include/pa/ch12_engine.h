@@ -73,7 +73,7 @@ struct HybridEngineConfig {
   // host memory and restore() brings them back; recompute, or a host without room, drops them.
   ch08::Preemption preemption = ch08::Preemption::recompute;
   int num_swap_blocks = 0;  // host blocks for swapped-out sequences
-  // Prefix caching (the manager's, stretch exercise 5): a request starts from the longest
+  // Prefix caching (the manager's, stretch exercise 4): a request starts from the longest
   // prefix of its tokens that every group can serve from the cache (a sliding group: the
   // last window's blocks), and each step registers the full blocks it computed.
   bool prefix_caching = false;

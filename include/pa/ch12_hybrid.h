@@ -45,13 +45,13 @@ inline LayerGroup sliding_group(int window) { return {Attention::sliding, window
 // ANCHOR_END: groups
 
 // ANCHOR: first_needed_block
-// Exercise 1. The first logical block that a query of the sequence at a position >=
-// next_pos can still see (0 for a full group). Blocks before it are dead.
+// The first logical block that a query of the sequence at a position >= next_pos can still
+// see (0 for a full group). Blocks before it are dead. (Given: the window's definition.)
 int first_needed_block(const LayerGroup& group, int next_pos, int block_size);
 // ANCHOR_END: first_needed_block
 
 // ANCHOR: prefix_hit
-// Stretch exercise 5. Prefix caching per group type: the longest prefix, in whole blocks,
+// Stretch exercise 4. Prefix caching per group type: the longest prefix, in whole blocks,
 // that every group can serve from its cache. cached[g][i]: block i of the prefix is cached
 // in group g. At most max_blocks, and at most the shortest cached[g].
 int prefix_hit_blocks(const std::vector<LayerGroup>& groups, const std::vector<std::vector<bool>>& cached,
@@ -68,11 +68,9 @@ class GroupBlockManager : public ch07::SharedBlockManager {
   GroupBlockManager(HybridBlockManager& owner, const LayerGroup& group);
   const LayerGroup& layer_group() const { return group_; }
 
-  // Exercise 2. Gives up the sequence's dead blocks (see the TODO); returns how many went
-  // back to the pool.
+  // Exercise 1. Gives up the sequence's dead blocks (see the TODO); returns how many went
+  // back to the pool (drop_block).
   int free_dead_blocks(int seq_id);
-  // What free_dead_blocks(seq_id) would give back to the pool now; changes nothing.
-  int dead_blocks_to_pool(int seq_id) const;
 
   // Chapter 7's fork and release; a null entry is copied as null and owned by nobody.
   void fork(int parent, int child);
@@ -131,8 +129,9 @@ class HybridBlockManager {
   // The pool blocks append_slots(seq_id, n) takes (new blocks and copies, every group),
   // not counting what its freeing gives back.
   int blocks_needed(int seq_id, int n) const;
-  // The fewest free blocks with which append_slots(seq_ids[i], new_tokens[i]), in order,
-  // all succeed: what a scheduler plans a step with (frees of earlier appends count).
+  // Exercise 2. The fewest free blocks with which append_slots(seq_ids[i], new_tokens[i]),
+  // in order, all succeed: what a scheduler plans a step with (what each append's windows
+  // give back counts, for it and the appends after it). Changes nothing.
   int step_blocks(const std::vector<int>& seq_ids, const std::vector<int>& new_tokens) const;
 
   // Prefix caching (on when constructed so). A full block of computed tokens is registered,

@@ -1,5 +1,7 @@
-// Chapter 12, exercises 1 and 2: which blocks a sliding window still needs, and giving the
-// others back. (The hybrid manager around them is hybrid_block_manager.cpp.)
+// Chapter 12, exercise 1: giving a sequence's dead blocks back in one layer group, with
+// forks and prefix-cache hits holding some of them. (Given here: first_needed_block, which
+// says where a window's live blocks start. The hybrid manager around the groups is
+// hybrid_block_manager.cpp; exercise 2, the blocks of a step, is step_blocks.cpp.)
 #include <algorithm>
 
 #include "pa/ch12_hybrid.h"
@@ -7,28 +9,14 @@
 namespace pa::ch12 {
 
 // ANCHOR: first_needed_block
+// A query at position p of a sliding group sees the keys p - window + 1 .. p that exist
+// (>= 0); later queries see less to the left, never more, so the query at next_pos decides.
+// Block i holds positions i * block_size .. i * block_size + block_size - 1: the block that
+// holds that query's first key is the first one still needed. A full group needs them all.
 int first_needed_block(const LayerGroup& group, int next_pos, int block_size) {
   PA_REQUIRE(next_pos >= 0, "first_needed_block: negative position " << next_pos);
-  // TODO(ch12): return the index of the first logical block (block i holds positions
-  //   i * block_size .. i * block_size + block_size - 1) that holds a key some query at a
-  //   position >= next_pos can see. A query at position p of a sliding group sees the keys
-  //   at positions p - window + 1 .. p that exist (>= 0): `window` keys, its own included.
-  //   A query of a full group sees every earlier key. Every block before the returned one is
-  //   dead: no current or future query reads it; the returned block is not.
-  //   Examples (block_size 16, window 32): next_pos 0 -> 0; 46 -> 0 (position 15 is still
-  //   seen); 47 -> 1.
-  // HINT(1): later queries see less to the left than the query at next_pos, never more, so
-  //   only that query matters. Which key is the leftmost it sees, and which block holds it?
-  // HINT(2): the leftmost key of the query at next_pos is next_pos - window + 1, but never
-  //   below 0; a full group's leftmost key is 0. The block that holds position x is
-  //   x / block_size (rounded down: the block holding the first key is still needed).
-  // HINT(3): full: return 0. Sliding: return std::max(0, next_pos - group.window + 1) /
-  //   block_size.
-  // BEGIN SOLUTION(ch12)
-  // STUB: PA_TODO("ch12");
   if (group.kind == Attention::full) return 0;
   return std::max(0, next_pos - group.window + 1) / block_size;
-  // END SOLUTION
 }
 // ANCHOR_END: first_needed_block
 
@@ -72,40 +60,39 @@ void GroupBlockManager::add_with(int seq_id, const std::vector<int>& table, int 
   seq.length = length;
 }
 
-int GroupBlockManager::dead_blocks_to_pool(int seq_id) const {
-  const Sequence& seq = find(seq_id, "dead_blocks_to_pool");
-  const int first = std::min(first_needed_block(group_, seq.length, block_size_), int(seq.blocks.size()));
-  int n = 0;
-  for (int i = 0; i < first; ++i)
-    n += seq.blocks[size_t(i)] != kNullBlock && refcount_[size_t(seq.blocks[size_t(i)])] == 1;
-  return n;
-}
-
 // ANCHOR: free_dead_blocks
 int GroupBlockManager::free_dead_blocks(int seq_id) {
   Sequence& seq = find(seq_id, "free_dead_blocks");
-  // TODO(ch12): the sequence's next query is at position seq.length. Every entry of
-  //   seq.blocks that holds no key that query (or a later one) can see is dead: on return
-  //   it is kNullBlock, and the sequence no longer owns its block: the block's refcount_
-  //   has one owner fewer, and a block left with no owner went back to the pool through
-  //   drop_block (a block a forked sequence still holds stays, with that owner). Entries a
-  //   query can still see are untouched, and so is every entry of a full group. An entry
-  //   that is already kNullBlock is owned by nobody: its refcount_ never changes and it
-  //   never goes to drop_block. seq.blocks keeps its size (entry i is logical block i) and
-  //   seq.length does not change. Returns the number of blocks that went back to the pool.
-  // HINT(1): your first_needed_block(group_, ...) says where the live entries start. Every
-  //   entry before it is dead, whatever the group (a full group's answer is 0).
-  // HINT(2): for each entry before that one that is not yet kNullBlock: drop one owner (as
-  //   chapter 7's release does for each block), give the block back when that was the last
-  //   owner, and make the entry kNullBlock. A sequence can be shorter than the window's
-  //   start is far: never index past seq.blocks.size().
-  // HINT(3): first = min(first_needed_block(group_, seq.length, block_size_),
-  //   seq.blocks.size()); for i < first with b = seq.blocks[i] != kNullBlock: if
-  //   (--refcount_[b] == 0) { drop_block(b); ++freed; } seq.blocks[i] = kNullBlock.
-  //   Return freed.
+  // TODO(ch12): give up the sequence's dead entries in this group. Its next query is at
+  //   position seq.length; an entry is dead when no key in it is seen by that query or a
+  //   later one (first_needed_block, above: a full group has no dead entry). On return:
+  //   - every dead entry is kNullBlock; every other entry is untouched; seq.blocks keeps its
+  //     size (entry i is logical block i) and seq.length does not change;
+  //   - the sequence owns none of the blocks its dead entries held: each has one owner fewer
+  //     in refcount_. A block that another sequence also holds (a fork, either way, or a
+  //     prefix-cache hit that shares it) stays allocated, theirs. A block left with no
+  //     owner went to drop_block exactly once, a block the prefix cache registered too:
+  //     the cache is not an owner, and drop_block keeps such a block cached, evictable
+  //     (counted free), instead of freeing it;
+  //   - a kNullBlock entry is owned by nobody: no refcount_ changes for it and it never
+  //     reaches drop_block (which refuses it).
+  //   Returns the number of blocks that went to drop_block. Tests: FreeDeadBlocks.*,
+  //   HybridHand.*, Ch12/HeldGolden.*, Gemma3Like.*, HybridRandom.*.
+  // HINT(1): It is chapter 7's release (one owner fewer for each block; the last owner gives
+  //   the block back), applied to the table's dead entries instead of all of them, with one
+  //   difference: the entry stays, pointing at kNullBlock. Who else holds a block (a fork, a
+  //   cache hit, nobody) is all in refcount_.
+  // HINT(2): The dead entries are those before first_needed_block(group_, seq.length,
+  //   block_size_), which is never past the table's end. An entry already kNullBlock was
+  //   given up before: skip it. Any other: drop one owner; if that was the last, drop_block
+  //   it and count it; then point the entry at kNullBlock. Whether the cache keeps the block
+  //   is drop_block's business, not yours.
+  // HINT(3): first = first_needed_block(group_, seq.length, block_size_); for i < first with
+  //   b = seq.blocks[i] != kNullBlock: if (--refcount_[b] == 0) { drop_block(b); ++freed; }
+  //   seq.blocks[i] = kNullBlock. Return freed.
   // BEGIN SOLUTION(ch12)
   // STUB: PA_TODO("ch12");
-  const int first = std::min(first_needed_block(group_, seq.length, block_size_), int(seq.blocks.size()));
+  const int first = first_needed_block(group_, seq.length, block_size_);
   int freed = 0;
   for (int i = 0; i < first; ++i) {
     const int b = seq.blocks[size_t(i)];

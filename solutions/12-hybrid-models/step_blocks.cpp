@@ -1,4 +1,7 @@
-// Chapter 12, stretch exercise 6: the exact blocks of a step with sliding windows.
+// Chapter 12, exercise 2: the blocks a step takes from the one pool, every layer group
+// together, when each append's windows give blocks back first. The engine plans every step
+// with it (hybrid_engine.cpp: how long a chunk fits, what is left for an admission), and
+// append_slots asks it before it refuses an append (hybrid_block_manager.cpp).
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -18,36 +21,38 @@ int HybridBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::
                                                                         << seq_ids[i]);
     PA_REQUIRE(seen.insert(seq_ids[i]).second, "step_blocks: sequence " << seq_ids[i] << " appears twice in one step");
   }
-  // TODO(ch12, stretch): return the smallest num_free() with which
-  //   append_slots(seq_ids[i], new_tokens[i]) for i = 0, 1, ... in this order all succeed.
-  //   Each append first gives back what its sliding groups free (those blocks can serve its
-  //   own new blocks and every later append's), then takes its new blocks and copies
-  //   (blocks_needed). A dead block another sequence still holds goes back only when its
-  //   last owner frees it, and of the owners of one shared, partly filled tail that append,
-  //   the last writes in place (chapter 7's rule). Never negative; nothing changes (const).
-  //   Checked by StretchStepBlocks.* (tests/12-hybrid-models/test_stretch_step_blocks.cpp).
-  // HINT(1): simulate the step on counts, not on the manager: per group, how many owners
-  //   each block has left after the earlier appends of the step. The answer is a running
-  //   balance of blocks taken minus blocks given back, and the step needs its highest point,
-  //   not its end.
-  // HINT(2): per append and group: the dead entries are those before
-  //   first_needed_block(group, length, block_size) that are not kNullBlock; each drops one
-  //   owner, and one that reaches 0 gives a block back. The takes are blocks_needed less the
-  //   copy, plus the copy while the tail's owners left are above 1 (then one fewer). Track
-  //   owners left in a map per group, starting from refcount.
-  // HINT(3): left[g]: block -> owners left (emplace(b, refcount(b))). net = most = 0. For
-  //   each i, for each group g (m = *groups_[g], blocks = m.block_list(s), first =
-  //   min(first_needed_block(m.layer_group(), m.length(s), block_size_), blocks.size())):
-  //   for j < first with blocks[j] != kNullBlock: if (--left[g][blocks[j]] == 0) --net;
-  //   copy = m.needs_copy(s, n); net += m.blocks_needed(s, n) - copy; if (copy && left of
-  //   the tail > 1) { --left; ++net; }. After each append (all groups): most = max(most,
-  //   net). Return most.
-  // BEGIN SOLUTION(ch12, stretch)
-  // STUB: // Given for now: every block every append takes, none given back (an upper
-  // STUB: // bound; the stretch tests want the exact count). Replace it with your answer.
-  // STUB: int bound = 0;
-  // STUB: for (size_t i = 0; i < seq_ids.size(); ++i) bound += blocks_needed(seq_ids[i], new_tokens[i]);
-  // STUB: return bound;
+  // TODO(ch12): return the smallest num_free() with which append_slots(seq_ids[i],
+  //   new_tokens[i]) for i = 0, 1, ... in this order all succeed, every layer group drawing
+  //   on the one pool. Each append, in each group, first gives back what free_dead_blocks
+  //   would give back at that moment (its entries before first_needed_block(group,
+  //   length, block_size)), and those blocks serve its own new blocks and every later
+  //   append's; then it takes blocks_needed: its new blocks, plus a copy of a shared,
+  //   partly filled tail. Sequences of one step may share blocks (forks, prefix-cache hits):
+  //   a dead block goes back only from the last of its holders to free it, so an earlier
+  //   append of the step may leave it fewer holders; and of the holders of one shared tail
+  //   that append, the last one left writes in place, with no copy (chapter 7's rule).
+  //   Never negative. Nothing changes (const): the manager stays as it was. Tests:
+  //   StepBlocks.* (test_step_blocks.cpp; StepBlocks.ExactUnderRandomOperations in
+  //   test_hybrid_random.cpp compares thousands of steps with what their appends took).
+  // HINT(1): Simulate the step on counts, not on the manager: how many holders each block
+  //   has left after the step's earlier appends, per group. The answer is a running balance
+  //   of blocks taken minus blocks given back, and the step needs its highest point, not
+  //   its end: an append that takes before a later one gives back needs those blocks then.
+  // HINT(2): Per append and group: each entry before first_needed_block(...) that is not
+  //   kNullBlock drops one holder, and one left with none comes back (the balance goes
+  //   down). The takes are blocks_needed less the copy, plus the copy only while the tail
+  //   still has more than one holder left (the copy takes one of them away). Start each
+  //   block's holders at its refcount, in a map per group; look at the highest point after
+  //   each append, starting from 0.
+  // HINT(3): left[g]: block -> holders left (emplace(b, m.refcount(b))). net = most = 0. For
+  //   each i (s, n), each group g (m = *groups_[g], blocks = m.block_list(s), first =
+  //   first_needed_block(m.layer_group(), m.length(s), block_size_)): for j < first with
+  //   blocks[j] != kNullBlock: if (--left[g][blocks[j]] == 0) --net; copy =
+  //   m.needs_copy(s, n); net += m.blocks_needed(s, n) - copy; if (copy && left of
+  //   blocks.back() > 1) { --that; ++net; }. After the groups: most = max(most, net).
+  //   Return most.
+  // BEGIN SOLUTION(ch12)
+  // STUB: PA_TODO("ch12");
   std::vector<std::unordered_map<int, int>> left(groups_.size());
   int net = 0, most = 0;
   for (size_t i = 0; i < seq_ids.size(); ++i) {
@@ -56,7 +61,7 @@ int HybridBlockManager::step_blocks(const std::vector<int>& seq_ids, const std::
       const GroupBlockManager& m = *groups_[g];
       const std::vector<int>& blocks = m.block_list(s);
       auto owners = [&](int b) -> int& { return left[g].emplace(b, m.refcount(b)).first->second; };
-      const int first = std::min(first_needed_block(m.layer_group(), m.length(s), block_size_), int(blocks.size()));
+      const int first = first_needed_block(m.layer_group(), m.length(s), block_size_);
       for (int j = 0; j < first; ++j)
         if (blocks[size_t(j)] != kNullBlock && --owners(blocks[size_t(j)]) == 0) --net;
       const bool copy = m.needs_copy(s, n);

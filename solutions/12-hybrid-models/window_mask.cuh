@@ -1,12 +1,13 @@
-// Chapter 12, exercises 3 and 4 (core): the mask policy that turns chapter 10's varlen kernel
-// into a sliding-window kernel with attention sinks and a logit soft-cap. Chapter 10's kernel
-// is a template over its mask (CausalMask in varlen_args.cuh); this type has the same members,
+// Chapter 12, exercise 3 (core): the mask policy that turns chapter 10's varlen kernel into a
+// sliding-window kernel with attention sinks and a logit soft-cap. Chapter 10's kernel is a
+// template over its mask (CausalMask in varlen_args.cuh); this type has the same members,
 // with every hook on. The kernel calls
-//   first_key(pos)   the oldest key a row sees (exercise 3): to start each item's loads at
-//                    its tile's first window, and through sees() to mask the keys before
-//                    it (chapter 9's decode warps take it as their first visible key),
+//   first_key(pos)   the oldest key a row sees (given: the window's definition): to start
+//                    each item's loads at its tile's first window, and through sees() to
+//                    mask the keys before it (chapter 9's decode warps take it as their
+//                    first visible key),
 //   cap_raw(s)       on every raw score q.k before the mask (given: Gemma 2's soft-cap),
-//   fold_sink(...)   once per row of every item, before it writes (exercise 4).
+//   fold_sink(...)   once per row of every item, before it writes (exercise 3).
 #pragma once
 
 #include <cmath>
@@ -24,26 +25,10 @@ struct WindowMask {
   float scale_over_cap;  // scale / soft-cap
 
   // ANCHOR: first_key
-  __device__ int first_key(int pos) const {
-    // TODO(ch12): return the position of the oldest key that the query row at position pos
-    //   (>= 0) of its sequence sees: its sliding window is the `window` keys that end at the
-    //   row's own key, its own included. Where the window reaches before position 0, 0 and
-    //   the negative position are both right: every use below works with either. The kernel
-    //   uses it three ways: it hides every key before it (sees() below, and chapter 9's
-    //   decode warps), and it starts each work item's loads at the block that holds the
-    //   first key of its tile's first row, so a block left of that is never read. Tests:
-    //   Ch12/WindowGolden.*.
-    // HINT(1): Write out which keys a row at position 9 sees with a window of 4, and which
-    //   a row at position 2 sees.
-    // HINT(2): The newest key is the row's own (pos); the oldest is window - 1 keys before
-    //   it, unless that is before the sequence's start.
-    // HINT(3): the key window - 1 positions before pos, here clamped at 0 (not required):
-    //   max(0, pos - window + 1).
-    // BEGIN SOLUTION
-    // STUB: return pos + 1;
-    return max(0, pos - window + 1);
-    // END SOLUTION
-  }
+  // The oldest key the query row at position pos (>= 0) sees: its window is the `window`
+  // keys that end at its own. Where the window reaches before position 0, 0 (the kernel's
+  // uses work with 0 or a negative position alike).
+  __device__ int first_key(int pos) const { return max(0, pos - window + 1); }
   // ANCHOR_END: first_key
 
   // Chapter 9's decode warps know the window but not the soft-cap.

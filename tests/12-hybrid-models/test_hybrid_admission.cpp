@@ -130,7 +130,7 @@ TEST(HybridAdmissionInTheEngine, ARunningRequestTakesAShorterChunkBeforeAnyPreem
 }
 
 // Reproducer 2 (b). Windows 7, 7 and a full layer, chunks of 5 on 8 usable blocks,
-// recompute, a second request at step 400. With prefix caching (stretch exercise 5: the
+// recompute, a second request at step 400. With prefix caching (stretch exercise 4: the
 // Stretch suite below) the first request was preempted again and again (148 times in 300
 // steps) and never finished; now it finishes alone, never preempted, within 4 steps a token.
 void expect_long_prompt_finishes(bool prefix_caching) {

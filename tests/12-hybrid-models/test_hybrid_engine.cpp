@@ -153,7 +153,7 @@ TEST(HybridInTheEngine, FreedBlocksLowerThePeakAndPreemptionRecomputes) {
   expect_dense(model, swapped, "a pool of 19 blocks, swapping");
 }
 
-// Stretch exercise 5 in the engine: with prefix caching, a request whose prompt begins
+// Stretch exercise 4 in the engine: with prefix caching, a request whose prompt begins
 // with blocks an earlier request computed starts after them, and still computes the dense
 // model's tokens and logits (the cached blocks hold what it would have written).
 TEST(StretchPrefixHitInTheEngine, LaterRequestsStartFromTheCachedPrefix) {

@@ -110,6 +110,54 @@ TEST(HybridHand, ForkSharesAndTheLastOwnerFrees) {
   EXPECT_EQ(m.num_held(), 0);
 }
 
+// A sequence started from the prefix cache holds the cached blocks as a fork would: a dead
+// block it still holds only loses the other sequence as an owner. A block whose last owner
+// leaves goes to drop_block even when the cache registered it: the cache keeps it,
+// evictable (free to take, not free in the pool), and a later request can still hit it.
+TEST(FreeDeadBlocks, ACacheHitHoldsABlockAndTheCacheKeepsTheLastOnesRelease) {
+  HybridBlockManager m(32, 8, {full_group(), sliding_group(8)}, /*prefix_caching=*/true);
+  std::vector<int> tokens(48);
+  for (int i = 0; i < 48; ++i) tokens[size_t(i)] = 7 * i + 3;
+  m.add_sequence(1);
+  m.append_slots(1, 24);  // 3 blocks per group
+  m.commit(1, tokens, 24);  // every block of both groups registered
+  const std::vector<int> s1 = m.block_list(1, 1);
+  m.add_sequence(2, tokens, 16);  // a hit of 2 blocks; the query at 16 sees 9..16
+  ASSERT_EQ(shape(m.block_list(1, 2)), "N .") << "the sliding group's hit: entry 0 null, entry 1 cached";
+  ASSERT_EQ(m.block_list(1, 2)[1], s1[1]);
+  ASSERT_EQ(m.group(1).refcount(s1[1]), 2) << "sequences 1 and 2 hold block " << s1[1];
+  const int pool_free = m.pool().num_free(), free_before = m.num_free();
+  // Sequence 1 at 24 tokens: the next query sees 17..24, so entries 0 and 1 are dead.
+  EXPECT_EQ(m.free_dead_blocks(1), 1)
+      << "at 24 tokens sequence 1's entries 0 and 1 are dead: block " << s1[0]
+      << " (sequence 1 its only owner) goes back; block " << s1[1] << " stays, sequence 2 (a cache hit) holds it";
+  EXPECT_EQ(shape(m.block_list(1, 1)), "N N .");
+  EXPECT_EQ(m.group(1).refcount(s1[1]), 1) << "sequence 1 no longer owns block " << s1[1];
+  EXPECT_EQ(m.group(1).refcount(s1[0]), 0) << "nobody owns block " << s1[0];
+  EXPECT_EQ(m.num_evictable(), 1) << "block " << s1[0]
+                                   << " had no owner left: it went to drop_block, which keeps a cached block evictable";
+  EXPECT_EQ(m.pool().num_free(), pool_free) << "a cached block is not freed in the pool: the cache still names it";
+  EXPECT_EQ(m.num_free(), free_before + 1) << "an evictable block counts as free";
+  EXPECT_EQ(m.group(1).refcount(kNullBlock), 0) << "nobody owns the null block";
+  // Sequence 2 grows to 24 too: block s1[1] is dead for it, its last owner.
+  m.append_slots(2, 8);
+  EXPECT_EQ(m.free_dead_blocks(2), 1) << "sequence 2, the last owner of block " << s1[1] << ", gives it back";
+  EXPECT_EQ(shape(m.block_list(1, 2)), "N N .");
+  EXPECT_EQ(m.num_evictable(), 2) << "blocks " << s1[0] << " and " << s1[1] << " are cached, evictable";
+  EXPECT_EQ(m.free_dead_blocks(2), 0) << "nothing is dead twice: null entries are owned by nobody";
+  EXPECT_EQ(m.group(1).refcount(kNullBlock), 0);
+  // The cache still serves them: a request of the same 24 tokens hits 3 blocks in the full
+  // group and, in the sliding group, the block the query at 24 sees.
+  m.add_sequence(3, tokens, 24);
+  EXPECT_EQ(shape(m.block_list(1, 3)), "N N .");
+  EXPECT_EQ(m.block_list(0, 3), m.block_list(0, 1)) << "the full group's three cached blocks";
+  m.release(1);
+  m.release(2);
+  m.release(3);
+  EXPECT_EQ(m.num_held(), 0);
+  EXPECT_EQ(m.num_free(), 31) << "every block but the null one can be taken again (free or evictable)";
+}
+
 TEST(HybridHand, OutOfBlocksCountsWhatTheWindowGivesBack) {
   HybridBlockManager m(5, 8, {full_group(), sliding_group(8)});  // 4 blocks to hand out
   m.add_sequence(1);

@@ -20,7 +20,7 @@
 // and checked-mode runs skip them: host code around kernels that chapter 12's own tests run
 // there). PA_HYBRID_TRACES=N runs N fixed-seed traces (default 30; make ci runs 300 when
 // chapter 12 is selected), the rotating run a third of them;
-// PA_HYBRID_SEED=N replays a rotating seed. With prefix caching (stretch exercise 5) in
+// PA_HYBRID_SEED=N replays a rotating seed. With prefix caching (stretch exercise 4) in
 // StretchPrefixHitInTheEngine.
 #include <gtest/gtest.h>
 
@@ -514,7 +514,7 @@ TEST(HybridTracesInTheEngine, CommitSeedTracesAreServedAsInARoomyPool) {
   EXPECT_EQ(t.failures, 0) << "replay with PA_HYBRID_SEED=" << s.seed;
 }
 
-// Stretch exercise 5 in the same traces: tight runs with prefix caching (shared stems, and
+// Stretch exercise 4 in the same traces: tight runs with prefix caching (shared stems, and
 // recomputed requests find their own blocks).
 TEST(StretchPrefixHitInTheEngine, RandomTracesWithSharedStemsAreServedAsInARoomyPool) {
   Tally t;

@@ -1,20 +1,23 @@
-// Chapter 12, stretch exercise: step_blocks, the fewest free blocks with which a step's
-// appends all succeed, in order (frees of earlier appends count, a shared dead block comes
-// back only from its last owner, the last owner of a shared tail writes in place). Hand-
-// worked steps here; StretchStepBlocks.ExactUnderRandomOperations (test_hybrid_random.cpp)
-// compares thousands of steps with what their appends took.
+// Chapter 12, exercise 2: step_blocks, the fewest free blocks with which a step's appends
+// all succeed, in order (frees of earlier appends count, a shared dead block comes back only
+// from its last holder, the last holder of a shared tail writes in place). Hand-worked steps
+// here; StepBlocks.ExactUnderRandomOperations (test_hybrid_random.cpp) compares thousands of
+// steps with what their appends took, and the engine (test_hybrid_engine.cpp,
+// test_hybrid_admission.cpp, test_hybrid_traces.cpp) plans every step with it.
 #include <gtest/gtest.h>
 
 #include "pa/ch12_engine.h"
+#include "compare.h"
 #include "pa/ch12_hybrid.h"
 
 namespace {
 
 using pa::ch12::full_group;
 using pa::ch12::HybridBlockManager;
+using pa::ch12::kNullBlock;
 using pa::ch12::sliding_group;
 
-TEST(StretchStepBlocks, AnAppendUsesWhatItsWindowGivesBack) {
+TEST(StepBlocks, AnAppendUsesWhatItsWindowGivesBack) {
   HybridBlockManager m(5, 8, {full_group(), sliding_group(8)});  // 4 blocks to hand out
   m.add_sequence(1);
   m.append_slots(1, 16);
@@ -23,7 +26,7 @@ TEST(StretchStepBlocks, AnAppendUsesWhatItsWindowGivesBack) {
   EXPECT_EQ(m.blocks_needed(1, 1), 2) << "blocks_needed counts what the append takes, nothing given back";
 }
 
-TEST(StretchStepBlocks, TheStepNeedsItsHighestPointNotItsEnd) {
+TEST(StepBlocks, TheStepNeedsItsHighestPointNotItsEnd) {
   HybridBlockManager m(16, 8, {sliding_group(8)});
   m.add_sequence(1);
   m.append_slots(1, 24);  // blocks 0..2; the query at 24 sees 17..24: blocks 0 and 1 are dead
@@ -37,7 +40,7 @@ TEST(StretchStepBlocks, TheStepNeedsItsHighestPointNotItsEnd) {
          "goes -1, then 2";
 }
 
-TEST(StretchStepBlocks, ASharedDeadBlockComesBackFromItsLastOwner) {
+TEST(StepBlocks, ASharedDeadBlockComesBackFromItsLastOwner) {
   HybridBlockManager m(16, 8, {sliding_group(8)});
   m.add_sequence(1);
   m.append_slots(1, 24);  // blocks 0 and 1 dead at 24, not yet freed
@@ -48,7 +51,7 @@ TEST(StretchStepBlocks, ASharedDeadBlockComesBackFromItsLastOwner) {
   EXPECT_EQ(m.step_blocks({1, 3, 2}, {0, 0, 16}), 0) << "after sequence 3 drops them too, they serve sequence 2";
 }
 
-TEST(StretchStepBlocks, TheLastOwnerOfASharedTailWritesInPlace) {
+TEST(StepBlocks, TheLastOwnerOfASharedTailWritesInPlace) {
   HybridBlockManager m(16, 8, {full_group(), sliding_group(100)});
   m.add_sequence(1);
   m.append_slots(1, 12);  // the tail (8..11) half full in each group
@@ -60,6 +63,46 @@ TEST(StretchStepBlocks, TheLastOwnerOfASharedTailWritesInPlace) {
   EXPECT_EQ(m.step_blocks({1}, {5}), 4) << "per group: the tail's copy, and a new block for positions 16..";
 }
 
+// A prefix-cache hit is a holder like a fork: a dead block that a sequence started from the
+// cache also holds comes back only when the second of them frees it in the step.
+TEST(StepBlocks, ACacheHitHoldsADeadBlockLikeAFork) {
+  HybridBlockManager m(16, 8, {sliding_group(8)}, /*prefix_caching=*/true);
+  std::vector<int> tokens(32);
+  for (int i = 0; i < 32; ++i) tokens[size_t(i)] = 100 + i;
+  m.add_sequence(1);
+  m.append_slots(1, 16);  // blocks 0 and 1
+  m.commit(1, tokens, 16);
+  m.add_sequence(2, tokens, 16);  // the query at 16 sees 9..16: entry 0 null, entry 1 = sequence 1's block 1
+  ASSERT_EQ(m.block_list(0, 2)[0], kNullBlock);
+  ASSERT_EQ(m.block_list(0, 2)[1], m.block_list(0, 1)[1]);
+  m.append_slots(1, 8);  // sequence 1 at 24: its block 0 went back (cached, evictable); block 1 is dead now
+  m.append_slots(2, 8);  // sequence 2 at 24: block 1 dead for it too
+  m.add_sequence(3);
+  EXPECT_EQ(m.step_blocks({1, 3}, {0, 16}), 2)
+      << "sequence 1 gives up block 1 (entry 1), but sequence 2, a cache hit on it, still holds it: nothing "
+         "comes back, and sequence 3's two blocks need 2 free";
+  EXPECT_EQ(m.step_blocks({1, 2, 3}, {0, 0, 16}), 1)
+      << "sequence 2 gives it up after sequence 1: it comes back and serves one of sequence 3's two blocks";
+  EXPECT_EQ(m.step_blocks({2, 1, 3}, {0, 0, 16}), 1) << "the same, whichever holder frees it first";
+}
+
+// append_slots asks step_blocks when the free blocks do not cover everything an append
+// takes, and refuses with what it needs and what is free once the windows have given back.
+TEST(StepBlocks, AppendSlotsRefusesByWhatTheWindowsGiveBack) {
+  HybridBlockManager m(6, 8, {full_group(), sliding_group(8)});  // 5 blocks to hand out
+  m.add_sequence(1);
+  m.append_slots(1, 16);  // 2 blocks per group; the query at 16 sees 9..16: sliding block 0 is dead
+  ASSERT_EQ(m.num_free(), 1);
+  EXPECT_EQ(m.step_blocks({1}, {9}), 3)
+      << "4 new blocks (positions 16..24: two per group), less the 1 the sliding group gives back first";
+  EXPECT_EQ(m.step_blocks({1}, {8}), 1) << "2 new blocks (one per group), less the 1 given back";
+  EXPECT_TRUE(pa::test::error_contains([&] { m.append_slots(1, 9); },
+                                       "append_slots: sequence 1 needs 4 more blocks, only 2 are free"));
+  EXPECT_EQ(m.length(1), 16) << "a refused append changes nothing";
+  EXPECT_NO_THROW(m.append_slots(1, 8)) << "2 blocks taken, 1 free and 1 given back first: it fits";
+  EXPECT_EQ(m.num_free(), 0);
+}
+
 // The engine's admission bound against your step_blocks: a sequence alone, one token a
 // step, its dead blocks left to each append (whose freeing comes first). Before the step
 // from c it holds what the step from c - 1 left, predicted_blocks(c - 1, 1), and the step
@@ -68,7 +111,7 @@ TEST(StretchStepBlocks, TheLastOwnerOfASharedTailWritesInPlace) {
 // add_request asks of the pool. A pool of that peak serves every step; one block less runs
 // out. (Windows of bs + 1 and 1 free a block in the very step that starts a new one: an
 // upper bound that gives nothing back first counts one too many there.)
-TEST(StretchStepBlocks, OneTokenStepsPeakAtTheEnginesAdmissionBound) {
+TEST(StepBlocks, OneTokenStepsPeakAtTheEnginesAdmissionBound) {
   for (int bs : {8, 16}) {
     const std::vector<std::vector<int>> patterns = {{3, 0}, {bs + 1}, {0, 2 * bs, 1}, {100, 0}};
     for (const auto& windows : patterns) {
