@@ -106,10 +106,10 @@ void VarlenAttention::use_plan(const VarlenShape& s, DType dtype, CacheType cach
 }
 // ANCHOR_END: plan_upload
 
-void VarlenAttention::poison_workspace() {
-  max_logits_.fill_bytes(0xff);
-  exp_sums_.fill_bytes(0xff);
-  partial_out_.fill_bytes(0xff);
+void VarlenAttention::poison_workspace(int byte) {
+  max_logits_.fill_bytes(byte);
+  exp_sums_.fill_bytes(byte);
+  partial_out_.fill_bytes(byte);
 }
 
 template <typename T>

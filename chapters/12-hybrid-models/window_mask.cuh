@@ -1,14 +1,16 @@
 // Your exercise file. (Generated from solutions/12-hybrid-models/window_mask.cuh; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 12, exercise 3 (core): the mask policy that turns chapter 10's varlen kernel into a
-// sliding-window kernel with attention sinks and a logit soft-cap. Chapter 10's kernel is a
-// template over its mask (CausalMask in varlen_args.cuh); this type has the same members,
-// with every hook on. The kernel calls
-//   first_key(pos)   the oldest key a row sees (given: the window's definition): to start
-//                    each item's loads at its tile's first window, and through sees() to
-//                    mask the keys before it (chapter 9's decode warps take it as their
-//                    first visible key),
-//   cap_raw(s)       on every raw score q.k before the mask (given: Gemma 2's soft-cap),
-//   fold_sink(...)   once per row of every item, before it writes (exercise 3).
+// Chapter 12, exercises 3 and 4 (core): the mask policy that turns chapter 10's varlen kernel
+// into a sliding-window kernel with attention sinks and a logit soft-cap. Chapter 10's kernel
+// is a template over its mask (CausalMask in varlen_args.cuh); this type has the same
+// members, with every hook on. The kernel calls
+//   first_key(pos)      the oldest key a row sees (given: the window's definition), through
+//                       sees() to mask the keys before it (chapter 9's decode warps take it
+//                       as their first visible key),
+//   first_load(...)     once per work item: where its loads start (exercise 3),
+//   window_cuts(...)    per warp and part of a stage: whether that part must be masked key
+//                       by key because a window hides some of it (exercise 3),
+//   cap_raw(s)          on every raw score q.k before the mask (given: Gemma 2's soft-cap),
+//   fold_sink(...)      once per row of every item, before it writes (exercise 4).
 #pragma once
 
 #include <cmath>
@@ -31,6 +33,28 @@ struct WindowMask {
   // uses work with 0 or a negative position alike).
   __device__ int first_key(int pos) const { return max(0, pos - window + 1); }
   // ANCHOR_END: first_key
+
+  // ANCHOR: tile_window
+  // TODO(ch12): the two questions chapter 10's kernel asks the window about a whole tile of
+  //   rows at once (a tile's rows, and a warp's, have consecutive positions: a later row has
+  //   a later position). Tests: Ch12/WindowGolden.* (KernelSkipsWhatNoRowSees: a plan that
+  //   knows no window, so that only first_load skips what no row sees).
+  //   first_load(first_row_pos, kv_begin, align): a work item covers the keys [kv_begin,
+  //     kv_end) (kv_begin is a multiple of align) for a tile whose first row is at
+  //     first_row_pos, and loads them in pieces of `align` tokens. Return the key its loads
+  //     start at: never before kv_begin, on a piece's edge (kv_begin + a multiple of align),
+  //     never past a key that a row of the tile sees, and past every whole piece that no row
+  //     of the tile sees (such a piece may be in a block the table no longer names).
+  //   window_cuts(part_first, part_end, first_pos, last_pos): a warp whose rows are at
+  //     positions first_pos .. last_pos (first_pos <= last_pos; both -1 for a warp with no
+  //     row) is about to attend the keys [part_first, part_end). Return true if the window
+  //     hides some of those keys from some row of the warp (the kernel then masks the part
+  //     key by key with sees()); false only if every row's window includes every key of the
+  //     part (chapter 10's own mask, the causal one, is checked apart). Returning true too
+  //     often is correct but slow.
+  __device__ int first_load(int, int kv_begin, int) const { return kv_begin; }
+  __device__ bool window_cuts(int, int, int, int) const { return false; }
+  // ANCHOR_END: tile_window
 
   // Chapter 9's decode warps know the window but not the soft-cap.
   __device__ bool decode_warps_ok() const { return cap_over_scale == 0.f; }

@@ -46,12 +46,13 @@ using DecodeMath = ch09::TensorCoreMath<T, C, D, 16, kDecodeRows>;
 // This warp, part `part` of the `parts` warps that share the item, attends to the item's
 // 16-token slots part, part + parts, part + 2 parts, ... through its own ring, and leaves
 // its state (chapter 9's TcState: m and l in base e) in st. kWindow (chapter 12): the row
-// sees no key before first_key; the slots start at it, rounded down to a block (16 at most),
-// and the keys before it in the first slot are hidden.
+// sees no key before first_key; the slots start at load_from (the policy's first_load: at or
+// before first_key, on a 16-token piece), and the keys before first_key are hidden.
 template <typename T, typename C, int D, int kSlots, bool kWindow = false>
 __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q_start, int rows,
                              int part, int parts, unsigned char* smem,
-                             typename DecodeMath<T, C, D>::State& st, int first_key = 0) {
+                             typename DecodeMath<T, C, D>::State& st, int first_key = 0,
+                             int load_from = 0) {
   using Math = DecodeMath<T, C, D>;
   using R = DecodeRing<C, D>;
   constexpr int x = CacheElem<C>::x, kChunks = D / x;
@@ -67,7 +68,7 @@ __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q
   float* scratch = reinterpret_cast<float*>(smem + kWarps * kSlots * R::kSlotBytes +
                                             warp * R::kScratchBytes);
   int kv_begin = w.kv_begin;
-  if constexpr (kWindow) kv_begin = max(kv_begin, first_key / min(BS, 16) * min(BS, 16));
+  if constexpr (kWindow) kv_begin = load_from;
 
   // ANCHOR: decode_issue
   // Lane copies K of token lane % 16 (chunks lane / 16, + 2, ...) and V piece lane % kParts
@@ -141,10 +142,10 @@ __device__ void stream_slots(const VarlenArgs<T, C>& a, const WorkItem& w, int q
 template <typename T, typename C, int D, int kSlots, bool kWindow = false>
 __device__ void decode_warps(const VarlenArgs<T, C>& a, const WorkItem& w, int q_start,
                              int rows, unsigned char* smem, float* so, float* sm, float* sl,
-                             int first = 0) {
+                             int first = 0, int load_from = 0) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   typename DecodeMath<T, C, D>::State st;
-  stream_slots<T, C, D, kSlots, kWindow>(a, w, q_start, rows, warp, kWarps, smem, st, first);
+  stream_slots<T, C, D, kSlots, kWindow>(a, w, q_start, rows, warp, kWarps, smem, st, first, load_from);
   __syncthreads();  // every warp is done with its ring: the states go where the rings were
   DecodeMath<T, C, D>{}.store(st, so + warp * 16 * kStateStride<D>, sm + warp * 16, sl + warp * 16,
                               kStateStride<D>);

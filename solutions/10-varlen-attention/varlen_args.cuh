@@ -18,9 +18,10 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // chapter supplies its own type with the same members (chapter 12: a sliding window,
 // attention sinks and a logit soft-cap) and turns on what it needs:
 //   kWindow   a row at position pos sees no key before first_key(pos) (never past pos; 0
-//             or negative where the window reaches before the sequence's start): the kernel
-//             skips the stages left of its tile's first row's first key, and hides, beyond
-//             chapter 10's mask, every key with !sees(kpos, pos);
+//             or negative where the window reaches before the sequence's start): an item's
+//             loads start at first_load(...), a warp masks a part of a stage key by key when
+//             window_cuts(...) says a window hides some of it, and the mask hides, beyond
+//             chapter 10's, every key with !sees(kpos, pos);
 //   kSoftCap  every raw score q.k passes through cap_raw() before the mask (Gemma 2);
 //   kSinks    fold_sink() adds a row's sink to its softmax state once (split 0 of the row).
 // Decode tiles run on chapter 9's warps (decode_warps, which know a window) unless
@@ -29,6 +30,12 @@ constexpr unsigned kFullMask = 0xffffffffu;
 struct CausalMask {
   static constexpr bool kWindow = false, kSoftCap = false, kSinks = false;
   __device__ int first_key(int) const { return 0; }
+  // The first key the loads of an item whose tile's first row is at first_row_pos start at
+  // (its keys are [kv_begin, kv_end); the kernel loads align-token pieces).
+  __device__ int first_load(int /*first_row_pos*/, int kv_begin, int /*align*/) const { return kv_begin; }
+  // Whether a window hides some of the keys [part_first, part_end) from some row of a warp
+  // whose rows are at positions first_pos .. last_pos.
+  __device__ bool window_cuts(int, int, int, int) const { return false; }
   __device__ bool sees(int, int) const { return true; }
   __device__ float cap_raw(float s) const { return s; }
   __device__ bool decode_warps_ok() const { return true; }

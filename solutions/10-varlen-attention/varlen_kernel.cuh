@@ -175,14 +175,12 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   const int* table = a.block_table + int64_t(w.seq) * s.max_blocks_per_seq;
   const int64_t block_elems = int64_t(s.num_kv_heads) * D * BS;
   const int64_t head_offset = int64_t(w.kv_head) * D * BS;
-  // The item's first key. A window skips the stages its tile's rows cannot see: from the
-  // first key of the tile's first row (the earliest window), rounded down to a block (16
-  // tokens at most: a V piece), so no block left of every row's window is ever read.
+  // The item's first key. A window skips the stages its tile's rows cannot see (the policy
+  // says from where: a piece of 16 tokens, a block if smaller, is the unit of the loads), so
+  // no block left of every row's window is ever read.
   int kv_begin = w.kv_begin;
-  if constexpr (Mask::kWindow) {
-    const int align = BS < 16 ? BS : 16;
-    kv_begin = max(kv_begin, policy.first_key(seq_len - n_new + w.row0 / G) / align * align);
-  }
+  if constexpr (Mask::kWindow)
+    kv_begin = policy.first_load(seq_len - n_new + w.row0 / G, w.kv_begin, BS < 16 ? BS : 16);
   const int num_tiles = (w.kv_end - kv_begin + L::kTokens - 1) / L::kTokens;  // <= 0: none
   auto stage_k = [&](int st) { return reinterpret_cast<uint4*>(smem + st * L::kBytes); };
   auto stage_v = [&](int st) { return reinterpret_cast<C*>(smem + st * L::kBytes + L::kKBytes); };
@@ -275,8 +273,9 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 
   __syncthreads();  // the previous item's warps are done with the ring
   if (decode) {
-    decode_warps<T, C, D, decode_slots<C, D>(), Mask::kWindow>(a, w, q_start, tile_rows, smem, so, sm,
-                                                               sl, policy.first_key(seq_len - 1));
+    decode_warps<T, C, D, decode_slots<C, D>(), Mask::kWindow>(
+        a, w, q_start, tile_rows, smem, so, sm, sl, policy.first_key(seq_len - 1),
+        policy.first_load(seq_len - 1, w.kv_begin, BS < 16 ? BS : 16));
   } else {
     for (int i = 0; i < kStages - 1; ++i) {  // the first tiles load while q does
       fetch(i);
@@ -459,7 +458,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
     auto needs_mask = [&](int tok0, int h0, int nh) {
       const int end = tok0 + 16 * (h0 + nh);  // one past its last key
       return end > w.kv_end || end - 1 > warp_first ||
-             (Mask::kWindow && tok0 + 16 * h0 < policy.first_key(warp_last));  // left of a window
+             (Mask::kWindow && policy.window_cuts(tok0 + 16 * h0, end, warp_first, warp_last));
     };
     using Masked = std::true_type;
     using Plain = std::false_type;
