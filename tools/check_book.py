@@ -11,17 +11,21 @@ driven by Playwright from PyPI), once per theme. It fails (exit 1) on:
   - a broken internal link: an <a href> to a page or file of the book that does not
     exist, or whose #fragment is no element id on the target page;
   - an image that does not load (naturalWidth 0), or has no alt text;
-  - a table more than 1.5x as wide as the content column, unless it scrolls in its own
-    container and its first column stays in view when scrolled (position: sticky);
-  - a listing (<pre>) whose lines overflow its box, unless the box scrolls or wraps;
+  - a table wider than the column (or than its wrapper): its scrollWidth, or its wrapper's,
+    more than the room it has; a table reflows to the column, it is not scrolled;
+  - a listing (<pre>) whose lines are wider than its box (scrollWidth > clientWidth of
+    the <code> block or of the <pre>), or a <pre> that sticks out of the column: a
+    listing wraps its long lines in the page, it is not scrolled;
+  - a listing that shows the skeleton generator's markers (BEGIN SOLUTION, END SOLUTION,
+    STUB:, HINT(k):), unless its code block is marked ```LANG,shows-markers;
   - anything else wider than the content column that does not scroll in a container;
   - an unresolved mdBook include (a literal "{{#include" in the page).
 
-Each problem is printed as PAGE (theme): WHAT, with WHERE (the section it is in).
+Widths and markers are checked at a 1280 px wide viewport in every theme; the rest in the
+first. Each problem is printed as PAGE (theme): WHAT, with WHERE (the section it is in).
 Screenshots go to --screenshots (default build/book-screenshots): PAGE.png, the content
 column (750 px at a 1280 px wide viewport) over the page's whole height, in the first
-theme, and
-PAGE-THEME-figureN.png, each figure as the other themes show it. Each theme runs in a
+theme, and PAGE-THEME-figureN.png, each figure as the other themes show it. Each theme runs in a
 browser of its own, in parallel.
 """
 import argparse
@@ -41,7 +45,10 @@ from urllib.parse import unquote, urljoin, urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_CANDIDATES = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
 VIEWPORT = {"width": 1280, "height": 900}
-WIDE_TABLE = 1.5  # a table wider than this many columns must scroll with a sticky first column
+# A line of the skeleton generator's markers (tools/make_skeletons.py: BEGIN SOLUTION, END
+# SOLUTION, STUB:, HINT(k):, after // or #), as a regular expression that Python and
+# JavaScript read alike. The TODO(chNN) contract is no marker: listings show it.
+MARKER = r"^\s*(?://|#)\s*(?:BEGIN SOLUTION\b|END SOLUTION\b|STUB:|HINT\(\d+\):)"
 # print.html is every chapter on one page (about 250,000 px tall): checked, not pictured.
 NO_SCREENSHOT = {"print.html"}
 # print.html is also the biggest page to load: the other themes see its chapters one by one.
@@ -50,7 +57,7 @@ SHOT_MARGIN = 24  # px either side of the content column in the screenshots
 
 # Runs in the page once it has loaded; returns what the checks need. Widths are CSS px.
 COLLECT_JS = r"""
-async () => {
+async (markerSource) => {
   const main = document.querySelector('main') || document.body;
   const colW = main.clientWidth;
   const colRect = main.getBoundingClientRect();
@@ -89,44 +96,44 @@ async () => {
     out.images.push({src: img.getAttribute('src'), alt: img.getAttribute('alt'),
                      ok: img.complete && img.naturalWidth > 0, where: where(img)});
 
-  // Tables: width against the column; if wide, is it in a scroll container, and does its
-  // first column stay in view when that container is scrolled all the way right?
+  // Tables: the room a table has is the column (or its wrapper, if narrower). Its width is
+  // the widest of its own box, its scrollWidth and its wrapper's scrollWidth (a cell's
+  // content that sticks out of the table counts too). Wider than its room: its right-hand
+  // part is cut off, or scrolled to.
   main.querySelectorAll('table').forEach((t, i) => {
-    const info = {index: i + 1, width: t.scrollWidth, where: where(t),
-                  head: (t.rows[0] ? [...t.rows[0].cells].slice(0, 3).map((c) => c.textContent.trim())
-                         .join(' | ') : '').replace(/\s+/g, ' ').slice(0, 60),
-                  box: null, sticky: null};
     const box = clipper(t);
-    if (box) {
-      info.box = {width: box.clientWidth, scrolls: scrolls(box)};
-      const firsts = [...t.rows].map((r) => r.cells[0]).filter(Boolean);
-      const allSticky = firsts.length > 0 &&
-        firsts.every((c) => getComputedStyle(c).position === 'sticky');
-      const before = box.scrollLeft;
-      box.scrollLeft = box.scrollWidth;
-      const left = box.getBoundingClientRect().left;
-      const inView = firsts.every((c) => c.getBoundingClientRect().left >= left - 1);
-      box.scrollLeft = before;
-      info.sticky = allSticky && inView;
-    }
-    out.tables.push(info);
+    const room = box ? Math.min(box.clientWidth, colW) : colW;
+    const width = Math.ceil(Math.max(t.scrollWidth, t.getBoundingClientRect().width,
+                                     box ? box.scrollWidth : 0));
+    out.tables.push({index: i + 1, width, room, where: where(t),
+                     head: (t.rows[0] ? [...t.rows[0].cells].slice(0, 3).map((c) => c.textContent.trim())
+                            .join(' | ') : '').replace(/\s+/g, ' ').slice(0, 60)});
   });
 
-  // Listings: a line wider than its box must be scrolled to (overflow-x auto/scroll) or wrap.
+  // Listings: the lines' width (scrollWidth of the <code> box and of the <pre>) against
+  // the box (clientWidth), and the <pre> against the column; and the lines that are the
+  // skeleton generator's markers (tools/make_skeletons.py), unless the listing is marked
+  // as one that shows them on purpose (```cpp,shows-markers: class "shows-markers").
+  const marker = new RegExp(markerSource);
   main.querySelectorAll('pre').forEach((pre, i) => {
     const code = pre.querySelector(':scope > code') || pre;
-    const over = [code, pre].find((el) => el.scrollWidth > el.clientWidth + 1);
+    // The box whose lines stick out the most: the <code> block, or the <pre> around it.
+    const box = [code, pre].reduce((a, b) =>
+      (b.scrollWidth - b.clientWidth > a.scrollWidth - a.clientWidth ? b : a));
+    const width = box.scrollWidth, room = box.clientWidth;
     const right = pre.getBoundingClientRect().right;
-    if (!over && right <= colRect.right + 1) return;
     const lines = code.textContent.split('\n');
-    const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
-    out.listings.push({index: i + 1, where: where(pre), lang: code.className,
-                       boxW: over ? over.clientWidth : pre.clientWidth,
-                       lineW: over ? over.scrollWidth : pre.scrollWidth,
-                       scrolls: !!over && scrolls(over),
-                       wraps: /pre-wrap|break-spaces|normal/.test(getComputedStyle(code).whiteSpace),
-                       pastColumn: right > colRect.right + 1 && !clipper(pre),
-                       line: longest.trim().slice(0, 80)});
+    const first = (lines.find((l) => l.trim()) || '').trim().slice(0, 60);
+    const info = {index: i + 1, where: where(pre), lang: code.className.split(/\s+/)
+                    .filter((c) => c.startsWith('language-')).join(' '),
+                  width, room, first, pastColumn: Math.ceil(right - colRect.right), markers: []};
+    if (!code.classList.contains('shows-markers'))
+      lines.forEach((l, k) => { if (marker.test(l)) info.markers.push([k + 1, l.trim().slice(0, 60)]); });
+    if (width > room + 1) {
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
+      info.longest = [longest.length, longest.trim().slice(0, 60)];
+    }
+    out.listings.push(info);
   });
 
   // Anything else that sticks out of the column without a scroll container around it.
@@ -188,14 +195,24 @@ def find_chromium(given):
 class Report:
     def __init__(self):
         self.problems = []  # (page, theme, what, where)
-        self.notes = []
+        self.widest = {}  # "table" / "listing": (width, room, page, theme, name)
 
     def fail(self, page, theme, what, where=""):
         self.problems.append((page, theme, what, where))
 
+    def measure(self, page, theme, kind, width, room, name):
+        """Keep the widest table and listing of the book (against its room)."""
+        if kind not in self.widest or width - room > self.widest[kind][0] - self.widest[kind][1]:
+            self.widest[kind] = (width, room, page, theme, name)
+
+    def widest_text(self):
+        return "; ".join(f"widest {kind}: {w} px in {r} ({page}, {name})"
+                         for kind, (w, r, page, _, name) in sorted(self.widest.items()))
+
 
 def check_page_data(page, theme, data, rep, full=True):
-    """The checks on what COLLECT_JS returned (everything but links and console)."""
+    """The checks on what COLLECT_JS returned (everything but links and console). Widths
+    and markers are checked in every theme; alt text and includes in the first (full)."""
     seen = set()
     for img in data["images"]:
         key = (img["src"], img["where"])
@@ -205,33 +222,31 @@ def check_page_data(page, theme, data, rep, full=True):
         if full and not (img["alt"] or "").strip() and key not in seen:
             seen.add(key)
             rep.fail(page, theme, f"image without alt text: {img['src']}", img["where"])
-    if not full:
-        return
     col = data["colW"]
     for t in data["tables"]:
-        box = t["box"]
-        name = f"table {t['index']} ({t['head']!r})"
-        if t["width"] > WIDE_TABLE * col:
-            if not box or not box["scrolls"]:
-                rep.fail(page, theme, f"{name} is {t['width']} px wide in a {col} px column "
-                         f"and does not scroll in its own container", t["where"])
-            elif not t["sticky"]:
-                rep.fail(page, theme, f"{name} is {t['width']} px wide in a {col} px column "
-                         f"(over {WIDE_TABLE}x): it scrolls, but its first column does not "
-                         f"stay in view (position: sticky)", t["where"])
-        elif t["width"] > col + 1 and not (box and box["scrolls"]):
-            rep.fail(page, theme, f"{name} is {t['width']} px wide in a {col} px column "
-                     f"and does not scroll", t["where"])
+        rep.measure(page, theme, "table", t["width"], t["room"], repr(t["head"]))
+        if t["width"] > t["room"] + 1:
+            rep.fail(page, theme, f"table {t['index']} ({t['head']!r}) is cut off: it is "
+                     f"{t['width']} px wide in {t['room']} px (scrollWidth > clientWidth; "
+                     f"the column is {col} px)", t["where"])
     for li in data["listings"]:
-        name = f"listing {li['index']} ({li['lang'] or 'no language'})"
-        if li["pastColumn"]:
-            rep.fail(page, theme, f"{name} is wider than the column", li["where"])
-        elif not li["scrolls"]:
-            rep.fail(page, theme, f"{name}: a line is {li['lineW']} px in a {li['boxW']} px box "
-                     f"that neither scrolls nor wraps: {li['line']!r}", li["where"])
-        else:
-            rep.notes.append(f"{page}: {name} scrolls ({li['lineW']} px of lines in a "
-                             f"{li['boxW']} px box) {li['where']}")
+        name = f"listing {li['index']} ({li['lang'] or 'no language'}, {li['first']!r})"
+        rep.measure(page, theme, "listing", li["width"], li["room"], repr(li["first"]))
+        if li["width"] > li["room"] + 1:
+            n, line = li["longest"]
+            rep.fail(page, theme, f"{name} is cut off: its lines are {li['width']} px in a "
+                     f"{li['room']} px box (scrollWidth > clientWidth); the longest, "
+                     f"{n} characters: {line!r}", li["where"])
+        elif li["pastColumn"] > 1:
+            rep.fail(page, theme, f"{name} sticks out of the {col} px column by "
+                     f"{li['pastColumn']} px", li["where"])
+        if li["markers"]:
+            k, line = li["markers"][0]
+            more = len(li["markers"]) - 1
+            rep.fail(page, theme, f"{name} shows the skeleton generator's markers: {line!r} "
+                     f"(its line {k})" + (f" and {more} more" if more else "") +
+                     "; a listing shows the solution and its contract, not the markers "
+                     "(tools/book_listings.py takes them out of included files)", li["where"])
     seen = set()
     for o in data["overflow"]:
         key = (o["where"], o["tag"])
@@ -240,8 +255,9 @@ def check_page_data(page, theme, data, rep, full=True):
         seen.add(key)
         rep.fail(page, theme, f"<{o['tag']}> ({o['width']} px) sticks out of the column by "
                  f"{o['sticksOut']} px", o["where"])
-    for inc in data["includes"]:
-        rep.fail(page, theme, f"unresolved mdBook include: {inc}")
+    if full:
+        for inc in data["includes"]:
+            rep.fail(page, theme, f"unresolved mdBook include: {inc}")
 
 
 def check_links(book, base, page_links, page_ids, rep):
@@ -286,8 +302,9 @@ def check_links(book, base, page_links, page_ids, rep):
 
 def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page_ids, times):
     """Load every page in one theme, in a browser of its own (one thread per theme).
-    full: every check and a full-page screenshot; otherwise console errors, loads and
-    images, and a screenshot of each figure (how it reads in this theme)."""
+    full: every check and a full-page screenshot; otherwise console errors, loads,
+    images, widths and markers, and a screenshot of each figure (how it reads in this
+    theme)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -333,7 +350,7 @@ def check_theme(base, chromium, theme, full, pages, shots, rep, page_links, page
             t0 = time.monotonic()
             tab.goto(base + page, wait_until="load")
             tab.evaluate("document.fonts.ready.then(() => true)")
-            data = tab.evaluate(COLLECT_JS)
+            data = tab.evaluate(COLLECT_JS, MARKER)
             if theme != "light" and data["hasThemes"] and theme not in data["theme"].split():
                 rep.fail(page, theme, f"the {theme} theme did not apply (<html class={data['theme']!r}>)")
             for e in dict.fromkeys(events):
@@ -412,9 +429,10 @@ def main(argv=None):
     ap.add_argument("--chromium", help="Chromium binary (default: $PA_CHROMIUM, /usr/bin/chromium)")
     ap.add_argument("--themes", default="light,navy",
                     help="mdBook themes, comma-separated; the first gets every check, the "
-                         "others console errors, failed loads and images (default light,navy)")
+                         "others console errors, failed loads, images, widths and markers "
+                         "(default light,navy)")
     ap.add_argument("--notes", action="store_true",
-                    help="also list the listings that scroll, and each page's time")
+                    help="also print each page's time")
     args = ap.parse_args(argv)
 
     book = Path(args.book)
@@ -438,8 +456,6 @@ def main(argv=None):
     rep, pages, times = run(book, chromium, themes, args.screenshots or None)
     took = time.monotonic() - start
     if args.notes:
-        for n in rep.notes:
-            print("note:", n)
         for page, theme, t in times:
             print(f"time: {page} ({theme}) {t:.2f} s")
     where_shots = f"; screenshots in {args.screenshots}" if args.screenshots else ""
@@ -449,12 +465,14 @@ def main(argv=None):
         for page, theme, what, where in sorted(rep.problems, key=lambda p: (p[0], order.get(p[1], 9))):
             t = f" ({theme})" if theme and len(themes) > 1 else ""
             print(f"  {page}{t}: {what}" + (f"\n      {where}" if where else ""))
+        print(f"check_book: {rep.widest_text()}")
         print(f"check_book: FAILED ({len(pages)} pages x {len(themes)} themes in "
               f"{took:.1f} s{where_shots})")
         return 1
     print(f"check_book: {len(pages)} pages x {len(themes)} themes ({', '.join(themes)}) in "
           f"Chromium, {took:.1f} s: no console errors, all links, anchors and images "
-          f"resolve, nothing wider than the column{where_shots}")
+          f"resolve, nothing wider than the column, no generator markers{where_shots}")
+    print(f"check_book: {rep.widest_text()}")
     return 0
 
 
