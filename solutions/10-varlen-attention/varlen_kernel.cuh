@@ -179,8 +179,10 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
   // says from where: a piece of 16 tokens, a block if smaller, is the unit of the loads), so
   // no block left of every row's window is ever read.
   int kv_begin = w.kv_begin;
-  if constexpr (Mask::kWindow)
-    kv_begin = policy.first_load(seq_len - n_new + w.row0 / G, w.kv_begin, BS < 16 ? BS : 16);
+  if constexpr (Mask::kWindow) {
+    const int align = BS < 16 ? BS : 16;  // a V piece: 16 tokens, or a smaller block
+    kv_begin = policy.first_load(seq_len - n_new + w.row0 / G, w.kv_begin, align);
+  }
   const int num_tiles = (w.kv_end - kv_begin + L::kTokens - 1) / L::kTokens;  // <= 0: none
   auto stage_k = [&](int st) { return reinterpret_cast<uint4*>(smem + st * L::kBytes); };
   auto stage_v = [&](int st) { return reinterpret_cast<C*>(smem + st * L::kBytes + L::kKBytes); };
@@ -273,9 +275,8 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
 
   __syncthreads();  // the previous item's warps are done with the ring
   if (decode) {
-    decode_warps<T, C, D, decode_slots<C, D>(), Mask::kWindow>(
-        a, w, q_start, tile_rows, smem, so, sm, sl, policy.first_key(seq_len - 1),
-        policy.first_load(seq_len - 1, w.kv_begin, BS < 16 ? BS : 16));
+    decode_warps<T, C, D, decode_slots<C, D>(), Mask::kWindow>(a, w, q_start, tile_rows, smem, so, sm, sl,
+        policy.first_key(seq_len - 1), policy.first_load(seq_len - 1, w.kv_begin, BS < 16 ? BS : 16));
   } else {
     for (int i = 0; i < kStages - 1; ++i) {  // the first tiles load while q does
       fetch(i);
