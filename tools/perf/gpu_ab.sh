@@ -13,6 +13,8 @@
 #           configure the CUDA backend for sm_90 and build bench_ch10 (both) and
 #           test_ch10_solution (B), A and B side by side. B_FLAGS: extra CUDA flags for B.
 #   bench   bench_ch10 A B A B (ONLY=text,... passes --only), CSVs in $OUT/logs.
+#           BENCHES="bench_ch10 bench_ch12 bench_ch11" builds and runs those instead (ONLY
+#           applies to bench_ch10 alone); each CSV is named bench_<name>_<tree><round>.
 #   tests   B's test_ch10_solution (a cut build fails its 102 cut-size tests, and only those).
 #   san     memcheck and racecheck on B's D 128 golden, split, chunk-end and MQA tests.
 #   ncu     one launch of varlen_kernel under ncu for A and B on NCU_CASE (default: the
@@ -44,15 +46,18 @@ for stage in "$@"; do
     build)
       ts build; nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > "$L/gpu.txt"
       prep A & p1=$!; prep B "${B_FLAGS:-}" & p2=$!; wait $p1 $p2
-      (ninja -C "$W/A/b" -j 8 bench_ch10 > "$L/build_A.log" 2>&1; echo "A build rc $?" >> "$L/steps.txt") & p1=$!
-      (ninja -C "$W/B/b" -j 8 bench_ch10 test_ch10_solution > "$L/build_B.log" 2>&1; echo "B build rc $?" >> "$L/steps.txt") & p2=$!
+      (ninja -C "$W/A/b" -j 8 ${BENCHES:-bench_ch10} > "$L/build_A.log" 2>&1; echo "A build rc $?" >> "$L/steps.txt") & p1=$!
+      (ninja -C "$W/B/b" -j 8 ${BENCHES:-bench_ch10} test_ch10_solution > "$L/build_B.log" 2>&1; echo "B build rc $?" >> "$L/steps.txt") & p2=$!
       wait $p1 $p2; ts built;;
     bench)
-      for round in 1 2; do for v in A B; do
-        ts "bench $v $round"
-        timeout 200 "$W/$v/b/bench/bench_ch10" "${only[@]}" --csv "$L/bench_$v$round.csv" > "$L/bench_$v$round.txt" 2>&1
-        echo "rc $?" >> "$L/bench_$v$round.txt"
-      done; done;;
+      for round in 1 2; do for v in A B; do for b in ${BENCHES:-bench_ch10}; do
+        ts "$b $v $round"
+        args=()
+        [ "$b" = bench_ch10 ] && args=(${only[@]+"${only[@]}"})
+        f=$L/$([ -z "${BENCHES:-}" ] && echo "bench_$v$round" || echo "${b}_$v$round")
+        timeout 200 "$W/$v/b/bench/$b" ${args[@]+"${args[@]}"} --csv "$f.csv" > "$f.txt" 2>&1
+        echo "rc $?" >> "$f.txt"
+      done; done; done;;
     tests)
       ts tests
       (cd "$W/B/b" && timeout 150 ./test_ch10_solution > "$L/test_B.txt" 2>&1; echo "rc $?" >> "$L/test_B.txt")
