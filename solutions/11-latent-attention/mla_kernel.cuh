@@ -416,7 +416,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
     //   the tile: skipping its mma is allowed. All five block shapes (BlockShape: kJ 2 or
     //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the blocks
-    //   that hold the queries in registers; kv and tok0 are the row group's keys.
+    //   that hold the queries in registers; kv and tok0 are the row group's keys. Tests of
+    //   the scores alone (the kernel stopped right below, P V not run): MlaScoreColumns.*,
+    //   Ch11/MlaScores.*; then the whole kernel: Ch11/MlaGolden.*, Ch11/MlaHandPlan.*.
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
     //   x 8 latent rows (K^T), one mma.sync per 16 columns, 8 latent rows and 16 query rows:
