@@ -408,7 +408,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
         cp_async_wait<0>();
         return;
       }
-      continue;
+      if (a.score_keys > 0) continue;  // always (run_scores checks it); unconditional, nvcc warns of dead code
     }
 
     // ANCHOR: online_softmax
