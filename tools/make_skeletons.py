@@ -66,6 +66,8 @@ Usage:
     python3 tools/make_skeletons.py --core-only OUTDIR [--chapter 10]
                                                  # the "core done" tree (stretch stubbed)
     python3 tools/make_skeletons.py --list-stretch   # chapters with stretch exercises
+    python3 tools/make_skeletons.py --stretch-untouched --chapter 11
+                                    # exit 0 if chapters/11-*'s stretch regions are as generated
 
 Students edit chapters/; instructors edit solutions/ and rerun this script,
 which overwrites chapters/.
@@ -432,6 +434,50 @@ def write_core_done(root: Path, chapter: str | None, outdir: Path) -> int:
     return 0
 
 
+def touched_stretch(root: Path, chapter: str) -> list[str]:
+    """The stretch exercises of chapter `chapter` ("11") whose region the student has edited
+    in chapters/, as "FILE:LINE" of the skeleton's TODO ([] when every one is untouched: as
+    generated). A region is the TODO's contract and the stub lines below it; code added right
+    after the stub counts as an edit of it. The rest of the file (the core regions) may differ."""
+    import difflib
+    touched = []
+    solutions, chapters = root / "solutions", root / "chapters"
+    for name in select(chapter_names(solutions), chapter):
+        for src in walk_files(solutions / name):
+            c = comment_prefix(src)
+            if c is None:
+                continue
+            try:
+                text = src.read_text(encoding="utf-8").replace("\r\n", "\n")
+            except UnicodeDecodeError:
+                continue
+            rel = src.relative_to(solutions).as_posix()
+            skeleton, regions = parse(text, f"solutions/{rel}", c)
+            spans = [(ex.line + 1, ex.line + 1 + len(ex.skeleton.split("\n")))  # 1-based, end exclusive,
+                     for ex in regions if ex.stretch]                          # after the header line
+            if not spans:
+                continue
+            want = add_header(skeleton, rel, c).split("\n")
+            try:
+                have = (chapters / rel).read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
+            except (OSError, UnicodeDecodeError):
+                touched += [f"chapters/{rel}:{a}" for a, _ in spans]
+                continue
+            if have == want:
+                continue
+            ops = difflib.SequenceMatcher(None, want, have, autojunk=False).get_opcodes()
+            for a, b in spans:
+                lo, hi = a - 1, b - 1  # 0-based [lo, hi)
+                for tag, i1, i2, _j1, _j2 in ops:
+                    if tag == "equal":
+                        continue
+                    # A change inside the region, or an insertion just after its last line.
+                    if (i1 < hi and i2 > lo) or (i1 == i2 and lo < i1 <= hi):
+                        touched.append(f"chapters/{rel}:{a}")
+                        break
+    return touched
+
+
 def exercise_number(text: str) -> int:
     """The first exercise number a file's first lines state, or a large number if none."""
     m = re.search(r"exercises? (\d+)", "\n".join(text.split("\n")[:3]))
@@ -513,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
                              "regions stubbed) to OUTDIR/NN-slug/ instead of chapters/")
     parser.add_argument("--list-stretch", action="store_true",
                         help="print the chapters (NN) that have stretch exercises")
+    parser.add_argument("--stretch-untouched", action="store_true",
+                        help="with --chapter: exit 0 if every stretch region of chapters/NN-* is as "
+                             "generated (the student has not started one), 1 (naming them) if not")
     parser.add_argument("--root", metavar="DIR", type=Path,
                         default=Path(__file__).resolve().parent.parent,
                         help="repository root (default: this script's ../)")
@@ -535,6 +584,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     try:
+        if args.stretch_untouched:
+            if chapter is None:
+                parser.error("--stretch-untouched needs --chapter NN")
+            touched = touched_stretch(root, chapter)
+            for where in touched:
+                print(f"{where}: a stretch exercise, edited")
+            return 1 if touched else 0
         if args.list_stretch:
             print(" ".join(n for n in stretch_chapters(root) if chapter in (None, n)))
             return 0

@@ -28,7 +28,13 @@ asks this script for its summary line, which goes into the log:
 
 (exit 0 when every core test passed). A stretch exercise is done when every test of the
 Stretch suites its TODO names passed (tools/make_skeletons.py); exercises that name none
-share the Stretch suites that no exercise names.
+share the Stretch suites that no exercise names. While the student has not touched any
+stretch region (tools/make_skeletons.py --stretch-untouched), make test-chapter-N runs the
+core tests only and says so (--stretch-not-run):
+
+    == core: 40 of 40 pass -- chapter done; stretch: not run (2 exercises, untouched)
+
+and make progress shows "done, stretch not run" for the chapter.
 """
 
 from __future__ import annotations
@@ -43,17 +49,22 @@ import make_skeletons  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The line make test-chapter-N writes into its log when the test program died mid-run.
+STOPPED = re.compile(r"^== Chapter \d+: (the test program stopped|no test ran)", re.M)
+
+
 def summary(text: str) -> tuple[int, int, int, int] | None:
-    """(total, passed, failed, skipped) from a GoogleTest log's text, or None."""
-    def last(pattern: str) -> int:
-        found = re.findall(pattern, text, re.M)
-        return int(found[-1]) if found else 0
+    """(total, passed, failed, skipped) from a GoogleTest log's text, or None. A log of
+    several runs of the program (make test-chapter-N runs a chapter's kernel tests first,
+    then the rest) counts them all."""
+    def total_of(pattern: str) -> int:
+        return sum(int(n) for n in re.findall(pattern, text, re.M))
     # Not anchored at the line's start: a kernel's or the emulator's output on stderr can
     # end without a newline just before GoogleTest's summary.
-    total = last(r"\[=+\] (\d+) tests? from .* ran")
-    if not total:
+    total = total_of(r"\[=+\] (\d+) tests? from .* ran")
+    if not total or STOPPED.search(text):
         return None  # crashed or interrupted before the summary
-    passed, skipped = last(r"\[  PASSED  \] (\d+) tests?"), last(r"\[  SKIPPED \] (\d+) tests?")
+    passed, skipped = total_of(r"\[  PASSED  \] (\d+) tests?"), total_of(r"\[  SKIPPED \] (\d+) tests?")
     return total, passed, total - passed - skipped, skipped  # --gtest_brief omits the FAILED count
 
 
@@ -86,8 +97,10 @@ def read_results(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def chapter_summary(root: Path, num: str, results: list[tuple[str, str]]) -> tuple[str, bool]:
-    """The summary line of one run of chapter `num`'s tests, and whether the core passed."""
+def chapter_summary(root: Path, num: str, results: list[tuple[str, str]],
+                    stretch_run: bool = True) -> tuple[str, bool]:
+    """The summary line of one run of chapter `num`'s tests, and whether the core passed.
+    stretch_run False: the run left the Stretch suites out (every stretch region untouched)."""
     core = [(o, t) for o, t in results if not is_stretch(t)]
     passed = sum(o == "OK" for o, _ in core)
     failed = sum(o == "FAILED" for o, _ in core)
@@ -102,7 +115,11 @@ def chapter_summary(root: Path, num: str, results: list[tuple[str, str]]) -> tup
     except make_skeletons.RegionError:
         exs = []
     stretch = [(o, t) for o, t in results if is_stretch(t)]
-    if exs:
+    if not stretch_run and not stretch:
+        if exs:
+            text += (f"; stretch: not run ({len(exs)} exercise{'s' if len(exs) != 1 else ''}, "
+                     "untouched)")
+    elif exs:
         named = {s for ex in exs for s in ex.suites}
 
         def passes(suites) -> bool:
@@ -148,7 +165,7 @@ def ranges(numbers: list[int]) -> str:
 
 
 SUMMARY = re.compile(r"core: (\d+) of (\d+) pass(?: \(\d+ skipped\))?( -- chapter done)?"
-                     r"(?:.*?; stretch: (\d+) of (\d+) exercises)?")
+                     r"(?:.*?; stretch: (?:(\d+) of (\d+) exercises|(not run)))?")
 
 
 def state(root: Path, name: str, builds: list[Path]) -> str:
@@ -161,8 +178,10 @@ def state(root: Path, name: str, builds: list[Path]) -> str:
     except OSError:
         found = []
     if found:
-        passed, total, done, s_done, s_all = found[-1]
+        passed, total, done, s_done, s_all, not_run = found[-1]
         if done:
+            if not_run:
+                return "done, stretch not run"
             return f"done, stretch {s_done} of {s_all}" if s_all else "done"
         if not edited(root, name):
             return "not started"
@@ -207,14 +226,16 @@ def line(root: Path, builds: Path | list[Path]) -> str:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--summarize"]:
+        stretch_run = "--stretch-not-run" not in argv
+        argv = [a for a in argv if a != "--stretch-not-run"]
         if len(argv) != 3:
-            print("usage: progress.py --summarize NN RESULTS_FILE", file=sys.stderr)
+            print("usage: progress.py --summarize NN RESULTS_FILE [--stretch-not-run]", file=sys.stderr)
             return 2
         try:
             results = read_results(Path(argv[2]).read_text(errors="replace"))
         except OSError:
             results = []
-        text, ok = chapter_summary(ROOT, f"{int(argv[1]):02d}", results)
+        text, ok = chapter_summary(ROOT, f"{int(argv[1]):02d}", results, stretch_run)
         print(text)
         return 0 if ok else 1
     if not argv:

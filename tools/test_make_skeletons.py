@@ -406,6 +406,30 @@ def test_core_only_keeps_the_core_answers_and_stubs_the_stretch_ones(tmp_path):
     assert "int y;" in (out / "02-b/b.cu").read_text()
 
 
+def test_stretch_untouched_tells_an_edited_stretch_region_from_an_edited_core_one(tmp_path):
+    write(tmp_path, "solutions/01-a/a.cu", STRETCHED)
+    assert run(tmp_path).returncode == 0
+    chapter = tmp_path / "chapters/01-a/a.cu"
+    skeleton = chapter.read_text()
+    assert run(tmp_path, "--stretch-untouched", "--chapter", "01").returncode == 0  # as generated
+    # The core exercise done: the stretch one is still untouched.
+    core_done = skeleton.replace('    PA_TODO("ch01");\n', "    return 42;\n", 1)
+    assert core_done != skeleton
+    chapter.write_text(core_done)
+    assert run(tmp_path, "--stretch-untouched", "--chapter", "01").returncode == 0
+    # The stretch stub replaced, or code added below it, or its contract edited: touched.
+    stub_at = core_done.rindex('    PA_TODO("ch01");\n')
+    for edited in (core_done[:stub_at] + "    return core() + 1;\n" + core_done[stub_at + 21:],
+                   core_done[:stub_at + 21] + "    return 43;\n" + core_done[stub_at + 21:],
+                   core_done.replace("returns 43.", "returns 44.")):
+        chapter.write_text(edited)
+        r = run(tmp_path, "--stretch-untouched", "--chapter", "01")
+        assert r.returncode == 1 and "chapters/01-a/a.cu:7: a stretch exercise, edited" in r.stdout, (r, edited)
+    chapter.unlink()  # a missing file: its stretch exercise counts as edited (run its tests)
+    assert run(tmp_path, "--stretch-untouched", "--chapter", "01").returncode == 1
+    assert run(tmp_path, "--stretch-untouched").returncode == 2  # needs --chapter
+
+
 def test_hint_marks_the_stretch_exercises(tmp_path):
     write(tmp_path, "solutions/01-a/a.cu", STRETCHED)
     assert run(tmp_path).returncode == 0

@@ -132,6 +132,40 @@ def test_summary_counts_skipped_and_tolerates_a_line_without_newline():
     assert progress.summary("[  PASSED  ] 1 test.\n") is None  # no "ran" line: crashed
 
 
+def test_summary_adds_up_the_runs_of_a_two_pass_log():
+    # make test-chapter-11 runs the kernel's own tests first, then the rest: two summaries.
+    text = ("[==========] 40 tests from 3 test suites ran. (1 ms total)\n[  PASSED  ] 30 tests.\n"
+            "[  SKIPPED ] 2 tests.\n"
+            "[==========] 20 tests from 9 test suites ran. (1 ms total)\n[  PASSED  ] 20 tests.\n")
+    assert progress.summary(text) == (60, 50, 8, 2)
+    # The second run died: the line make test-chapter-N writes then says so.
+    stopped = (text.split("[====")[0] + "[==========] 40 tests from 3 test suites ran. (1 ms total)\n"
+               "[  PASSED  ] 40 tests.\n== Chapter 11: the test program stopped (signal SEGV) during X.Y, "
+               "its test number 3.\n")
+    assert progress.summary(stopped) is None
+
+
+def test_stretch_not_run_while_untouched(repo):
+    root, plain, checked, edits = repo
+    (root / "solutions/03-chapter/k.cu").write_text(STRETCH_SOLUTION)
+    results = progress.read_results("OK Core.A\nOK Ch03/CoreP.B/0\n")
+    assert progress.chapter_summary(root, "03", results, stretch_run=False) == (
+        "core: 2 of 2 pass -- chapter done; stretch: not run (2 exercises, untouched)", True)
+    text, ok = progress.chapter_summary(root, "03", [("FAILED", "Core.A")], stretch_run=False)
+    assert not ok and text == "core: 0 of 1 pass, 1 fail; stretch: not run (2 exercises, untouched)"
+    edits.add(3)
+    write_log(plain, 3, PASSING + "\n== Chapter 3: core: 42 of 42 pass -- chapter done; "
+              "stretch: not run (2 exercises, untouched)\n")
+    assert progress.state(root, "03-chapter", [plain, checked]) == "done, stretch not run"
+    assert progress.line(root, [plain, checked]).startswith(
+        "Progress: chapter 3 done (stretch exercises: not run in chapter 3); ")
+    results_file = plain / "results"
+    results_file.write_text("OK Core.A\n")
+    out = subprocess.run([sys.executable, str(TOOLS / "progress.py"), "--summarize", "3", str(results_file),
+                          "--stretch-not-run"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("core: 1 of 1 pass -- chapter done"), out
+
+
 def test_the_command_line_needs_a_build_dir():
     out = subprocess.run([sys.executable, str(TOOLS / "progress.py")], capture_output=True, text=True)
     assert out.returncode == 2

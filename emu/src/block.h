@@ -38,6 +38,7 @@ struct Thread {  // one CUDA thread is one fiber
   bool abandoned = false;  // left at a fault (checked mode): its fiber is never resumed
   AsyncCopies copies;      // its cp.async copies in flight
   int atomics_at_fence = 0;  // checked mode: the block's atomics when it last fenced
+  unsigned char turn = 0;    // emu::detail::next_turn()'s next answer
 };
 
 struct WarpGroup {  // lanes that met (or are meeting) at one warp-level primitive
@@ -68,6 +69,7 @@ class Block {
                          const char* what, const char* file, int line);
   unsigned active_mask() const;
   int lane() const { return current_ % 32; }
+  int next_turn() { return (threads_[current_].turn ^= 1) ^ 1; }
   int thread_index() const { return current_; }
   const void* fence_token() const { return &fence_token_; }
   // Checked mode (atomics.cpp): an atomic of this block; has one come since the running

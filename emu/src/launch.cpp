@@ -259,6 +259,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ba
 }
 unsigned active_mask() { return current_block()->active_mask(); }
 int lane_id() { return current_block()->lane(); }
+int next_turn() { return current_block()->next_turn(); }
 void* dynamic_shared_memory() { return tl_dynamic_smem; }
 void name_shared(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
                  int rank) {

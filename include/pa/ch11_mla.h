@@ -255,6 +255,17 @@ class MlaDecode {
   const ch10::Plan& host_plan() const { return plan_; }
   void poison_workspace();  // NaN in the partial results: a merge that reads an unwritten one shows it
 
+  // For tests: the scores exercise alone (mla_kernel.cuh, "the scores"). The planned items run
+  // as in run() on a 16-bit pool, but each stops after the scores of its stages that begin
+  // before key `keys` and writes them out: scores[(token * h_q + head) * keys + k] (device,
+  // float; token a row of q) is the row's score of key k, q . row * scale * log2(e), or -inf
+  // where the row does not attend key k, for every k < keys of those stages (32 * row_groups()
+  // keys a stage). Nothing else is written; no softmax, no P V. Every item must start at key 0:
+  // a plan that splits no tile (plan() on one thread block, or use_plan). keys: 1 to 1024.
+  template <typename T>
+  void run_scores(float* scores, int keys, const T* q, const T* latent_pool, const int* block_table,
+                  const int* seq_lens, const int* query_start_loc, float scale, cudaStream_t stream = nullptr);
+
  private:
   ch10::Plan plan_;
   MlaShape shape_{};

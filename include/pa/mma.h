@@ -25,31 +25,42 @@ namespace pa {
 template <typename E>
 __device__ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #if defined(PA_BACKEND_CPU)
-  // The emulator: every lane publishes its fragments, then computes its four outputs.
-  __shared__ uint32_t frags[32][32][6];  // [warp][lane][a0..a3, b0, b1]
+  // The emulator: every lane publishes its fragments, then computes its four outputs. Each
+  // lane converts its own 12 values to float once (converting each element where it is used
+  // took 128 conversions a lane, about a third of chapter 11's engine tests' time). Two
+  // buffers in turn (emu::detail::next_turn): one __syncwarp a call.
+  static_assert(sizeof(E) == 2, "E must be a 16-bit type");
+  __shared__ float frag_buffers[2][32][32][12];  // [turn][warp][lane][a0 lo, a0 hi, .. a3 hi, b0 lo, .. b1 hi]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int i = 0; i < 4; ++i) frags[warp][lane][i] = a[i];
-  frags[warp][lane][4] = b[0];
-  frags[warp][lane][5] = b[1];
-  __syncwarp();
-  auto element = [&](int from_lane, int reg, int half_index) {
-    const uint32_t word = frags[warp][from_lane][reg];
-    const uint16_t bits = uint16_t(half_index ? word >> 16 : word & 0xffffu);
+  auto& frags = frag_buffers[::emu::detail::next_turn()];
+  auto publish = [&](int at, uint32_t word) {
+    const uint16_t lo = uint16_t(word & 0xffffu), hi = uint16_t(word >> 16);
     E e;
-    static_assert(sizeof(E) == 2, "E must be a 16-bit type");
-    std::memcpy(&e, &bits, 2);
-    return to_float(e);
+    std::memcpy(&e, &lo, 2);
+    frags[warp][lane][at] = to_float(e);
+    std::memcpy(&e, &hi, 2);
+    frags[warp][lane][at + 1] = to_float(e);
   };
+  for (int i = 0; i < 4; ++i) publish(2 * i, a[i]);
+  publish(8, b[0]);
+  publish(10, b[1]);
+  __syncwarp();
+  // A[row][k] is a[row / 8 + 2 (k / 8)] of lane (row % 8) * 4 + (k % 8) / 2, B[k][col] is
+  // b[k / 8] of lane col * 4 + (k % 8) / 2; the lower half holds the even k.
   const int g = lane / 4, t = lane % 4;
+  float rows[2][16], cols[2][16];  // A's rows g and g + 8, B's columns 2t and 2t + 1
+  for (int k = 0; k < 16; ++k) {
+    const float(*from)[12] = frags[warp] + (k % 8) / 2;  // lane (k % 8) / 2; + 4 a row of A, a column of B
+    rows[0][k] = from[4 * g][4 * (k / 8) + k % 2];
+    rows[1][k] = from[4 * g][4 * (k / 8) + 2 + k % 2];
+    cols[0][k] = from[8 * t][8 + 2 * (k / 8) + k % 2];
+    cols[1][k] = from[8 * t + 4][8 + 2 * (k / 8) + k % 2];
+  }
   for (int i = 0; i < 4; ++i) {
-    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
     float sum = 0.f;
-    for (int k = 0; k < 16; ++k)
-      sum += element((row % 8) * 4 + (k % 8) / 2, row / 8 + 2 * (k / 8), k % 2) *
-             element(col * 4 + (k % 8) / 2, 4 + k / 8, k % 2);
+    for (int k = 0; k < 16; ++k) sum += rows[i / 2][k] * cols[i % 2][k];
     d[i] += sum;
   }
-  __syncwarp();
 #else
   if constexpr (std::is_same<E, half>::value) {
     asm(  // no side effects: the compiler may schedule it freely
@@ -89,9 +100,11 @@ __device__ inline SmemAddr smem_addr(const void* p) { return static_cast<uint32_
 template <bool Trans>
 __device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], SmemAddr row) {
 #if defined(PA_BACKEND_CPU)
-  // The emulator: every lane publishes its row's address, then reads its values itself.
-  __shared__ const unsigned char* rows[32][32];  // [warp][lane]
+  // The emulator: every lane publishes its row's address, then reads its values itself (two
+  // buffers in turn, as mma_16x8x16's).
+  __shared__ const unsigned char* row_buffers[2][32][32];  // [turn][warp][lane]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  auto& rows = row_buffers[::emu::detail::next_turn()];
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
     std::fprintf(stderr, "ldmatrix: lane %d of warp %d passed the row address %p, not 16-byte "
                  "aligned (on a GPU: misaligned address)\n", lane, warp, static_cast<const void*>(row));
@@ -110,7 +123,6 @@ __device__ inline void ldmatrix_x4_impl(uint32_t (&r)[4], SmemAddr row) {
     }
     r[m] = uint32_t(lo) | (uint32_t(hi) << 16);
   }
-  __syncwarp();
 #else
   if constexpr (Trans) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"

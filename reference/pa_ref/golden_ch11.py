@@ -11,6 +11,9 @@ mla_<dtype>_h<H>_bs<BS>_<tag>/ (the absorbed decode, mla.paged_mla_decode) holds
   expected        float64 [T, H, 512]   the latent-space output
   expected_first37 float64 [T, H, 512]  (three cases) the same over each sequence's first 37
                                         keys only: what items that stop at token 37 give
+  expected_scores float64 [T, H, 64]    the scores of keys 0 .. 63 (the first 64-key stage of an
+                                        unsplit plan), mla.paged_mla_scores: base 2, -inf masked
+  expected_scores_first37 float64 [T, H, 64]  the same for items that stop at token 37
 case.txt: dtype, heads, block_size, chunk_tokens (0: the planner's own chunks; > 0: forced
 splits), grid (thread blocks the test plans for; 0: one wave), note.
 
@@ -109,6 +112,8 @@ def latent_pool_for(rng, case_seqs, block_size, num_blocks, dtype):
 # Cases that also store the output over each sequence's first FIRST_KEYS keys only: a plan
 # whose items stop there (kv_end inside a 32-row stage, no split) must give it.
 FIRST_KEYS = 37
+# The keys whose scores the scores test reads (MlaScores): one 64-key stage.
+SCORE_KEYS = 64
 WITH_FIRST_KEYS = ("mla_fp16_h64_bs16_split", "mla_bf16_h128_bs32_split", "mla_fp16_h16_bs16_decode_edges")
 
 
@@ -139,6 +144,9 @@ def write_mla_case(out_dir, case):
         "seq_lens": np.array(case.seq_lens, dtype=np.int32), "query_start_loc": qsl,
         "scale": np.array(SCALE), "expected": expected,
     }
+    arrays["expected_scores"] = mla.paged_mla_scores(q, pool, table, case.seq_lens, qsl, SCALE, SCORE_KEYS)
+    arrays[f"expected_scores_first{FIRST_KEYS}"] = mla.paged_mla_scores(q, pool, table, case.seq_lens, qsl, SCALE,
+                                                                        SCORE_KEYS, FIRST_KEYS)
     if case.name in WITH_FIRST_KEYS:
         arrays[f"expected_first{FIRST_KEYS}"] = first_keys_decode(q, pool, table, case.seq_lens, qsl, SCALE,
                                                                   FIRST_KEYS)

@@ -156,6 +156,26 @@ def paged_mla_decode(q_abs, latent_pool, block_table, seq_lens, query_start_loc,
     return out
 
 
+def paged_mla_scores(q_abs, latent_pool, block_table, seq_lens, query_start_loc, scale, keys, kv_end=None):
+    """The scores the decode kernel's softmax starts from, for keys 0 .. keys - 1 of each
+    sequence: [T, H, keys], in base 2 (q_abs . row * scale * log2(e), the kernel's unit), and
+    -inf where the row does not attend the key: past its own position (causal), past the
+    sequence, or at or past kv_end (a chunk that stops there). Rows of sequences with no new
+    token do not exist (as in paged_mla_decode)."""
+    q_abs = np.asarray(q_abs, np.float64)
+    out = np.full((len(q_abs), q_abs.shape[1], keys), -np.inf)
+    for b, length in enumerate(seq_lens):
+        start, end = int(query_start_loc[b]), int(query_start_loc[b + 1])
+        if end == start:
+            continue
+        seen = min(int(length), keys)
+        lat = gather_latent(latent_pool, block_table[b], seen)
+        for i, limit in enumerate(causal_limits(end - start, int(length))):
+            e = min(limit, keys, kv_end if kv_end is not None else keys)
+            out[start + i, :, :e] = scale * np.log2(np.e) * (q_abs[start + i] @ lat[:e].T)
+    return out
+
+
 # ---- What a token costs ----------------------------------------------------------------
 
 def mla_bytes_per_token(d_c=D_C, d_rope=D_ROPE, elem_bytes=2):

@@ -67,6 +67,46 @@ def test_first_keys_cases(cases, name):
             assert not np.allclose(got[rows], full[rows]), "the cut changes nothing: a test that cannot fail"
 
 
+@pytest.mark.parametrize("case", g11.CH11_MLA, ids=lambda c: c.name)
+def test_score_cases_give_the_decode(cases, case):
+    """expected_scores are the decode's scores: for a sequence of at most 64 tokens, their
+    softmax (base 2) times the latent rows is `expected`; masked keys are those past the row."""
+    a = load(cases / case.name)
+    s, qsl = a["expected_scores"], a["query_start_loc"]
+    assert s.shape == (sum(case.new_lens), case.heads, g11.SCORE_KEYS)
+    for b, n in enumerate(case.seq_lens):
+        new = int(qsl[b + 1] - qsl[b])
+        if new == 0:
+            continue
+        lat = mla.gather_latent(a["latent_pool"], a["block_table"][b], int(n))
+        for i in range(new):
+            row = s[qsl[b] + i]
+            pos = n - new + i  # the row sees keys 0 .. pos
+            seen = np.isfinite(row)
+            assert (seen == (np.arange(g11.SCORE_KEYS) <= pos)[None, :]).all()
+            if n <= g11.SCORE_KEYS:
+                p = np.exp2(row - row.max(axis=1, keepdims=True))
+                p /= p.sum(axis=1, keepdims=True)
+                np.testing.assert_allclose(p[:, :n] @ lat[:, :mla.D_C], a["expected"][qsl[b] + i], atol=1e-12)
+
+
+@pytest.mark.parametrize("case", g11.CH11_MLA, ids=lambda c: c.name)
+def test_first_keys_scores_are_cut_at_37(cases, case):
+    a = load(cases / case.name)
+    full, cut = a["expected_scores"], a[f"expected_scores_first{g11.FIRST_KEYS}"]
+    np.testing.assert_array_equal(cut[:, :, :g11.FIRST_KEYS], full[:, :, :g11.FIRST_KEYS])
+    assert np.isneginf(cut[:, :, g11.FIRST_KEYS:]).all()
+
+
+def test_some_cut_hides_keys_a_row_attends(cases):
+    """Over the cases, the cut at 37 masks keys that rows see: a test of it can fail."""
+    hidden = 0
+    for case in g11.CH11_MLA:
+        a = load(cases / case.name)
+        hidden += np.isfinite(a["expected_scores"][:, :, g11.FIRST_KEYS:]).sum()
+    assert hidden > 0
+
+
 # ---- The fp8 latent cache ----------------------------------------------------------------
 
 def test_fp8_row_is_656_bytes_and_round_trips_within_2_to_the_minus_4():

@@ -144,14 +144,20 @@ struct MlaArgs {
   float scale;
   int num_q_heads, block_size, max_blocks_per_seq;
   const uint8_t* latent_fp8 = nullptr;  // [num_blocks, block_size, 656 bytes] (fp8 kernel)
+  float* scores = nullptr;  // tests only (kScores): [num_tokens, h_q, score_keys], the scores of keys 0 ..
+  int score_keys = 0;       //   score_keys - 1 (MlaDecode::run_scores)
 };
 
 // ANCHOR: chunk_at
 // The 16-byte chunk c of row r of a shared-memory array whose rows are `chunks` chunks
 // long (72 for a latent or query row, 8 for a row of P): 8 elements, stored at chunk
-// c ^ (r % 8) of the row. Every read and write of those arrays goes through it. The swizzle
-// permutes chunks within groups of 8 (128 bytes): chunk_at(base, n, r, c + 8 k) is
-// chunk_at(base, n, r, c) + 64 k, so a lane can find its chunks of a row once.
+// c ^ (r % 8) of the row. Every read and write of those arrays goes through it.
+// The one step you may take from an address it gave is a whole group of 8 chunks:
+// chunk_at(base, n, r, c + 8 k) is chunk_at(base, n, r, c) + 64 k elements (128 k bytes
+// in an SmemAddr), because the swizzle permutes the chunks within each group of 8 only. No
+// other step works: chunk c + 1, c + 2 or c + 4 of row r is not 16, 32 or 64 bytes past
+// chunk c (only in rows r % 8 == 0, where the swizzle moves nothing). Ask chunk_at for
+// each chunk of a group you need, then step those addresses by groups of 8.
 template <typename T>
 __device__ inline T* chunk_at(T* base, int chunks, int r, int c) {
   return base + (r * chunks + (c ^ (r & 7))) * 8;
@@ -167,7 +173,9 @@ __device__ inline int lane_half(int lane) { return lane >> 4; }
 // One work item (see ch10::WorkItem) on a block of RG row groups of MT mma tiles, KH: on
 // key halves (BlockShape<RG, MT, KH>; the item's tile has at most kTileRows rows). Every
 // thread of the block calls it with the same item.
-template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false>
+// kScores (tests only, MlaDecode::run_scores): the item stops after the scores, which it
+// writes out (below the scores exercise); no softmax, no P V, no output.
+template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false, bool kScores = false>
 __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
   using B = BlockShape<RG, MT, KH>;
   constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens, kMT = B::kMT;
@@ -408,7 +416,9 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
     //   chunk_at (rows of kRowChunks chunks). An mma tile with live[mt] false has no row of
     //   the tile: skipping its mma is allowed. All five block shapes (BlockShape: kJ 2 or
     //   1, kMT 2 or 1) run this code: sc, live and pos have kMT entries, one on the blocks
-    //   that hold the queries in registers; kv and tok0 are the row group's keys.
+    //   that hold the queries in registers; kv and tok0 are the row group's keys. Tests of
+    //   the scores alone (the kernel stopped right below, P V not run): MlaScoreColumns.*,
+    //   Ch11/MlaScores.*; then the whole kernel: Ch11/MlaGolden.*, Ch11/MlaHandPlan.*.
     // HINT(1): The score is a product over all of the row's 576 columns: the latent part AND
     //   the RoPE part. In mma terms S = Q K^T: A is 16 rows x 16 columns of Q, B is 16 columns
     //   x 8 latent rows (K^T), one mma.sync per 16 columns, 8 latent rows and 16 query rows:
@@ -482,6 +492,27 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
         }
     // END SOLUTION
     // ANCHOR_END: scores
+    if constexpr (kScores) {
+      // Tests only (MlaDecode::run_scores): the scores exercise's own observable. The stage's
+      // scores of keys before a.score_keys, as they are here, to a.scores; the item stops
+      // after the stage that reaches a.score_keys (or its last). Nothing below (softmax, P V)
+      // runs.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kJ; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int kpos = tok0 + key0 + 8 * j + 2 * t + i % 2, r = i / 2;
+            if (pos[mt][r] >= 0 && kpos < a.score_keys)
+              a.scores[(int64_t(q_start + token[mt][r]) * G + head[mt][r]) * a.score_keys + kpos] = sc[mt][j][i];
+          }
+      if (st + 1 == num_stages || w.kv_begin + (st + 1) * kStageTokens >= a.score_keys) {
+        cp_async_wait<0>();
+        return;
+      }
+      if (a.score_keys > 0) continue;  // always (run_scores checks it); unconditional, nvcc warns of dead code
+    }
 
     // ANCHOR: online_softmax
     // Each row's max over the stage: the warp's keys (its lanes t), then the row group's
@@ -776,13 +807,13 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 // empty place (seq -1). RG = 2: one thread block an SM (225 KB of shared memory); RG = 1: two
 // (113 KB each; the runner takes them, MT = 1, for an fp8 pool's tiles of at most 16 rows:
 // MlaBlock).
-template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false>
+template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false, bool kScores = false>
 __global__ void __launch_bounds__(BlockShape<RG, MT>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];
     if (w.seq < 0) break;
-    attend_item<T, kFp8, RG, MT, KH>(a, w, smem);
+    attend_item<T, kFp8, RG, MT, KH, kScores>(a, w, smem);
   }
 }
 // ANCHOR_END: kernel

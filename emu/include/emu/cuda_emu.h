@@ -65,6 +65,12 @@ void syncwarp(unsigned mask, const char* file, int line);
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, unsigned* ballot,
                        const char* what, const char* file, int line);
 unsigned active_mask();  // the warp's lanes that have not exited
+// 0, 1, 0, 1, ...: one flip per call by the calling thread, 0 at its block's start. For a
+// warp-collective helper that publishes through shared memory (pa/mma.h): it alternates two
+// buffers and needs one __syncwarp a call, not two. Every lane calls the same helpers in the
+// same order, so a lane uses a buffer again only after the next call's __syncwarp, which every
+// lane reaches once it has read that buffer.
+int next_turn();
 void* dynamic_shared_memory();
 int lane_id();
 // PA_SHARED_REGION (pa/backend.h): names a piece of the block's shared memory for checked
