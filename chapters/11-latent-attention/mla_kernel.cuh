@@ -145,9 +145,19 @@ struct MlaArgs {
   float scale;
   int num_q_heads, block_size, max_blocks_per_seq;
   const uint8_t* latent_fp8 = nullptr;  // [num_blocks, block_size, 656 bytes] (fp8 kernel)
-  float* scores = nullptr;  // tests only (kScores): [num_tokens, h_q, score_keys], the scores of keys 0 ..
-  int score_keys = 0;       //   score_keys - 1 (MlaDecode::run_scores)
 };
+
+// Tests only (kScores, MlaDecode::run_scores): where the scores go. A type of its own, so
+// that the kernels that serve keep MlaArgs as it was, and with it their code: two more
+// fields in MlaArgs moved ptxas's register allocation (up to 10 more registers, new spills in
+// two fp8 shapes) and cost one case 7% on the H100 (NOTES.md, issue 61).
+template <typename T>
+struct MlaScoreArgs : MlaArgs<T> {
+  float* scores;   // [num_tokens, h_q, score_keys]: the scores of keys 0 .. score_keys - 1
+  int score_keys;
+};
+template <typename T, bool kScores>
+using MlaArgsOf = std::conditional_t<kScores, MlaScoreArgs<T>, MlaArgs<T>>;
 
 // ANCHOR: chunk_at
 // The 16-byte chunk c of row r of a shared-memory array whose rows are `chunks` chunks
@@ -177,7 +187,7 @@ __device__ inline int lane_half(int lane) { return lane >> 4; }
 // kScores (tests only, MlaDecode::run_scores): the item stops after the scores, which it
 // writes out (below the scores exercise); no softmax, no P V, no output.
 template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false, bool kScores = false>
-__device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsigned char* smem) {
+__device__ void attend_item(const MlaArgsOf<T, kScores>& a, const ch10::WorkItem& w, unsigned char* smem) {
   using B = BlockShape<RG, MT, KH>;
   constexpr int kThreads = B::kThreads, kStageTokens = B::kStageTokens, kMT = B::kMT;
   constexpr int kKeysPerWarp = B::kKeysPerWarp, kJ = B::kJ;  // 16 keys and 2 n-tiles a warp, or 8 and 1
@@ -587,7 +597,7 @@ __device__ void attend_item(const MlaArgs<T>& a, const ch10::WorkItem& w, unsign
 // (113 KB each; the runner takes them, MT = 1, for an fp8 pool's tiles of at most 16 rows:
 // MlaBlock).
 template <typename T, bool kFp8 = false, int RG = 2, int MT = 2, bool KH = false, bool kScores = false>
-__global__ void __launch_bounds__(BlockShape<RG, MT>::kThreads, 3 - RG) mla_decode_kernel(MlaArgs<T> a) {
+__global__ void __launch_bounds__(BlockShape<RG, MT>::kThreads, 3 - RG) mla_decode_kernel(MlaArgsOf<T, kScores> a) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   for (int k = 0; k < a.rounds; ++k) {
     const ch10::WorkItem w = a.items[int64_t(k) * gridDim.x + blockIdx.x];

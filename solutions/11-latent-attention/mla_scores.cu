@@ -11,7 +11,7 @@ namespace pa::ch11 {
 namespace {
 
 template <typename T, int RG, int MT, bool KH = false>
-void launch_scores(const MlaArgs<T>& a, int grid, cudaStream_t stream) {
+void launch_scores(const MlaScoreArgs<T>& a, int grid, cudaStream_t stream) {
   using B = BlockShape<RG, MT, KH>;
   const auto kernel = mla_decode_kernel<T, false, RG, MT, KH, true>;
   PA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
@@ -37,11 +37,10 @@ void MlaDecode::run_scores(float* scores, int keys, const T* q, const T* latent_
                                                                << w.num_splits
                                                                << "); plan without splits (one thread block)");
   if (plan_.items.empty()) return;
-  MlaArgs<T> a{nullptr, q, latent_pool, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
-               max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
-               shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq};
-  a.scores = scores;
-  a.score_keys = keys;
+  MlaScoreArgs<T> a{{nullptr, q, latent_pool, block_table, seq_lens, query_start_loc, items_.get(), rounds_,
+                     max_logits_.get(), exp_sums_.get(), partial_out_.get(), counters_.get(), scale,
+                     shape_.num_q_heads, shape_.block_size, shape_.max_blocks_per_seq},
+                    scores, keys};
   const int grid = plan_.grid;
   switch (planned_block_) {
     case MlaBlock::queries_in_registers: launch_scores<T, 1, 1>(a, grid, stream); break;

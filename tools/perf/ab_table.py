@@ -3,7 +3,7 @@
 
     python3 tools/perf/ab_table.py --a A1.csv A2.csv --b B1.csv B2.csv [--kernel ch10] [--geomean-title T]
 
-Each CSV has the columns kernel, shape and us (the benchmarks' --csv output); the runs of one
+Each CSV has the columns kernel, shape (or case) and us (the benchmarks' --csv output); the runs of one
 build are its rounds of the same call (A B A B). A row per (kernel, shape) that every run has:
 each run's time, and B / A = mean of B's times over mean of A's (below 1: B is faster). Then the
 geometric mean of B / A over the rows, and each run's read ceiling where its CSV records one.
@@ -19,7 +19,7 @@ def load(path):
     rows, ceiling = {}, None
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            rows[(r["kernel"], r["shape"])] = float(r["us"])
+            rows[(r["kernel"], r.get("shape") or r["case"])] = float(r["us"])  # bench_ch11 says case
             if r.get("read_ceiling_tbps"):
                 ceiling = float(r["read_ceiling_tbps"])
     return rows, ceiling
