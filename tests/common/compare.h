@@ -78,9 +78,11 @@ inline constexpr const char* kReadPoison =
     "sequence's blocks, a token at or past context_len, padding): rerun with a finite value "
     "in every poisoned slot, this element is a number";
 inline constexpr const char* kMadeNaN =
-    "a NaN the arithmetic made, not one read from the padding: rerun with a finite value in "
-    "every poisoned input slot, this element is still NaN. Look for inf/inf, inf - inf, 0/0 "
-    "or 0 * inf: exp() of a score whose maximum was not subtracted first overflows to inf";
+    "a computed NaN, not read from the padding (rerun with a finite value in every poisoned "
+    "input slot, this element is still NaN): the arithmetic made it (inf/inf, inf - inf, 0/0 "
+    "or 0 * inf: exp() of a score whose maximum was not subtracted first overflows to inf), or "
+    "shared memory was read before its data arrived (on the emulator, a cp.async copy's "
+    "destination holds NaN until the cp_async_wait that covers it)";
 inline constexpr const char* kSomeNaN =
     "a computed NaN: a NaN-poisoned input slot was read (a block-table entry past the "
     "sequence's blocks, a token at or past context_len, padding), or the arithmetic made one "
