@@ -145,18 +145,8 @@ struct MlaArgs {
   int num_q_heads, block_size, max_blocks_per_seq;
   const uint8_t* latent_fp8 = nullptr;  // [num_blocks, block_size, 656 bytes] (fp8 kernel)
 };
-
-// Tests only (kScores, MlaDecode::run_scores): where the scores go. A type of its own, so
-// that the kernels that serve keep MlaArgs as it was, and with it their code: two more
-// fields in MlaArgs moved ptxas's register allocation (up to 10 more registers, new spills in
-// two fp8 shapes) and cost one case 7% on the H100 (NOTES.md, issue 61).
-template <typename T>
-struct MlaScoreArgs : MlaArgs<T> {
-  float* scores;   // [num_tokens, h_q, score_keys]: the scores of keys 0 .. score_keys - 1
-  int score_keys;
-};
-template <typename T, bool kScores>
-using MlaArgsOf = std::conditional_t<kScores, MlaScoreArgs<T>, MlaArgs<T>>;
+template <typename T> struct MlaScoreArgs : MlaArgs<T> { float* scores; int score_keys; };  // kScores: mla_scores.cu
+template <typename T, bool kScores> using MlaArgsOf = std::conditional_t<kScores, MlaScoreArgs<T>, MlaArgs<T>>;
 
 // ANCHOR: chunk_at
 // The 16-byte chunk c of row r of a shared-memory array whose rows are `chunks` chunks

@@ -2,7 +2,12 @@
 // kernel as run()'s (mla_kernel.cuh), instantiated with kScores: each item writes the scores
 // of its first stages and stops, so that a test sees exercise 3's answer before any softmax
 // or P V (exercise 4) touches it. Its own file: run() and the GPU path never see it, and a
-// rebuild compiles it beside mla_decode.cu.
+// rebuild compiles it beside mla_decode.cu. Its arguments are MlaScoreArgs (mla_kernel.cuh):
+// MlaArgs and where the scores go (scores [num_tokens, h_q, score_keys], the scores of keys 0
+// .. score_keys - 1), a type of its own so that the kernels that serve keep MlaArgs as it
+// was, and with it their code: two more fields in MlaArgs moved ptxas's register allocation
+// (up to 10 more registers, new spills in two fp8 shapes) and cost one case 7% on the H100
+// (bench/results/kernel-hooks-ab-h100.md).
 #include "mla_kernel.cuh"
 #include "pa/launch.h"
 
