@@ -35,6 +35,7 @@ list is not empty.
 """
 from __future__ import annotations
 
+import csv
 import re
 import sys
 from pathlib import Path
@@ -131,7 +132,6 @@ def gpus_of(path: Path) -> set[str]:
     if not path.is_file() or "bench/results" not in str(path):
         return set()
     if path.suffix == ".csv":
-        import csv
         with open(path, newline="") as f:
             return {m for row in csv.DictReader(f) for m in GPU.findall(row.get("device") or "")}
     named = set(GPU.findall(path.stem.upper().replace("-", " ")))

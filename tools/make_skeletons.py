@@ -385,10 +385,10 @@ def differs(path: Path, want: Output) -> bool:
     return bool(path.stat().st_mode & stat.S_IXUSR) != want.executable
 
 
-def exercises(root: Path, chapter: str) -> list[Exercise]:
-    """The exercises of chapter `chapter` ("04"), in order, read from solutions/."""
+def solution_sources(root: Path, chapter: str | None):
+    """(rel, text, comment prefix) of each source file of the chapter(s) in solutions/ that
+    can hold exercise regions; rel is relative to solutions/."""
     solutions = root / "solutions"
-    found: list[Exercise] = []
     for name in select(chapter_names(solutions), chapter):
         for src in walk_files(solutions / name):
             c = comment_prefix(src)
@@ -398,13 +398,19 @@ def exercises(root: Path, chapter: str) -> list[Exercise]:
                 text = src.read_text(encoding="utf-8").replace("\r\n", "\n")
             except UnicodeDecodeError:
                 continue
-            rel = src.relative_to(solutions).as_posix()
-            _, regions = parse(text, f"solutions/{rel}", c)
-            order = exercise_number(text)
-            for ex in regions:
-                ex.file = rel
-                ex.line += 1  # the exercise-file header comes first
-                found.append((order, len(found), ex))
+            yield src.relative_to(solutions).as_posix(), text, c
+
+
+def exercises(root: Path, chapter: str) -> list[Exercise]:
+    """The exercises of chapter `chapter` ("04"), in order, read from solutions/."""
+    found: list[Exercise] = []
+    for rel, text, c in solution_sources(root, chapter):
+        _, regions = parse(text, f"solutions/{rel}", c)
+        order = exercise_number(text)
+        for ex in regions:
+            ex.file = rel
+            ex.line += 1  # the exercise-file header comes first
+            found.append((order, len(found), ex))
     # The core exercises first, then the stretch ones; each in the order the files' headers
     # give ("Chapter 8, exercise 2 of 4: ..."), which is the book's; files without a number
     # keep their place after the numbered ones.
@@ -441,40 +447,31 @@ def touched_stretch(root: Path, chapter: str) -> list[str]:
     after the stub counts as an edit of it. The rest of the file (the core regions) may differ."""
     import difflib
     touched = []
-    solutions, chapters = root / "solutions", root / "chapters"
-    for name in select(chapter_names(solutions), chapter):
-        for src in walk_files(solutions / name):
-            c = comment_prefix(src)
-            if c is None:
-                continue
-            try:
-                text = src.read_text(encoding="utf-8").replace("\r\n", "\n")
-            except UnicodeDecodeError:
-                continue
-            rel = src.relative_to(solutions).as_posix()
-            skeleton, regions = parse(text, f"solutions/{rel}", c)
-            spans = [(ex.line + 1, ex.line + 1 + len(ex.skeleton.split("\n")))  # 1-based, end exclusive,
-                     for ex in regions if ex.stretch]                          # after the header line
-            if not spans:
-                continue
-            want = add_header(skeleton, rel, c).split("\n")
-            try:
-                have = (chapters / rel).read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
-            except (OSError, UnicodeDecodeError):
-                touched += [f"chapters/{rel}:{a}" for a, _ in spans]
-                continue
-            if have == want:
-                continue
-            ops = difflib.SequenceMatcher(None, want, have, autojunk=False).get_opcodes()
-            for a, b in spans:
-                lo, hi = a - 1, b - 1  # 0-based [lo, hi)
-                for tag, i1, i2, _j1, _j2 in ops:
-                    if tag == "equal":
-                        continue
-                    # A change inside the region, or an insertion just after its last line.
-                    if (i1 < hi and i2 > lo) or (i1 == i2 and lo < i1 <= hi):
-                        touched.append(f"chapters/{rel}:{a}")
-                        break
+    chapters = root / "chapters"
+    for rel, text, c in solution_sources(root, chapter):
+        skeleton, regions = parse(text, f"solutions/{rel}", c)
+        spans = [(ex.line + 1, ex.line + 1 + len(ex.skeleton.split("\n")))  # 1-based, end exclusive,
+                 for ex in regions if ex.stretch]                          # after the header line
+        if not spans:
+            continue
+        want = add_header(skeleton, rel, c).split("\n")
+        try:
+            have = (chapters / rel).read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
+        except (OSError, UnicodeDecodeError):
+            touched += [f"chapters/{rel}:{a}" for a, _ in spans]
+            continue
+        if have == want:
+            continue
+        ops = difflib.SequenceMatcher(None, want, have, autojunk=False).get_opcodes()
+        for a, b in spans:
+            lo, hi = a - 1, b - 1  # 0-based [lo, hi)
+            for tag, i1, i2, _j1, _j2 in ops:
+                if tag == "equal":
+                    continue
+                # A change inside the region, or an insertion just after its last line.
+                if (i1 < hi and i2 > lo) or (i1 == i2 and lo < i1 <= hi):
+                    touched.append(f"chapters/{rel}:{a}")
+                    break
     return touched
 
 

@@ -31,7 +31,8 @@ class Workspace {
   float* exp_sums() { return exp_sums_.get(); }
   float* partial_out() { return partial_out_.get(); }
   // Fills the scratch with NaN: a reduce that reads a partition no kernel wrote shows it.
-  void poison();
+  // (Another byte for a test's rerun that tells a NaN read from one computed.)
+  void poison(int byte = 0xFF);
 
  private:
   DeviceBuffer<float> max_logits_, exp_sums_, partial_out_;

@@ -90,10 +90,10 @@ void Workspace::reserve(int num_seqs, int num_q_heads, int partitions, int head_
   if (partial_out_.size() < rows * head_size) partial_out_ = DeviceBuffer<float>(rows * head_size);
 }
 
-void Workspace::poison() {
-  max_logits_.fill_bytes(0xFF);
-  exp_sums_.fill_bytes(0xFF);
-  partial_out_.fill_bytes(0xFF);
+void Workspace::poison(int byte) {
+  max_logits_.fill_bytes(byte);
+  exp_sums_.fill_bytes(byte);
+  partial_out_.fill_bytes(byte);
 }
 
 template <typename T, int D, int BS>

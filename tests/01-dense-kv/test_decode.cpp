@@ -33,12 +33,7 @@ void check_case(const GoldenCase& c) {
   pa::ch01::decode_attention<T>(s, out.get(), q.get(), k.get(), v.get(), lens.get(), scale);
   // The rerun that tells a NaN read from the caches' padding from one the arithmetic made.
   const pa::test::NanProbe probe([&](int64_t i) {
-    auto finite = [&](const char* name) {
-      std::vector<float> x = c.get<float>(name);
-      for (float& e : x)
-        if (std::isnan(e)) e = 0.f;
-      return pa::test::to_dtype<T>(x);
-    };
+    auto finite = [&](const char* name) { return pa::test::nan_to_zero(pa::test::to_dtype<T>(c.get<float>(name))); };
     pa::DeviceBuffer<T> k0(finite("k_cache")), v0(finite("v_cache")), out0(out.size());
     pa::ch01::decode_attention<T>(s, out0.get(), q.get(), k0.get(), v0.get(), lens.get(), scale);
     return std::isnan(pa::to_float(out0.download()[size_t(i)]));

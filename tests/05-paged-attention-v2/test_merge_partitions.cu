@@ -5,15 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <random>
-#include <sstream>
 #include <vector>
 
-// (Not compare.h: it needs C++20, and nvcc builds this file as C++17.)
+#include "compare.h"
 #include "pa/ch05_paged_attention_v2.h"
-#include "pa/device_buffer.h"
 #include "pa/launch.h"
 #include "reduce_partitions.cuh"  // the chapter's own: the student's merge_partitions
 
@@ -42,21 +38,15 @@ TEST(MergePartitions, OnePartitionIsItsPartialOutputUnchanged) {
   PA_CUDA_CHECK(cudaMemcpy(ws.exp_sums(), &l, sizeof(float), cudaMemcpyHostToDevice));
   PA_CUDA_CHECK(cudaMemcpy(ws.partial_out(), x.data(), D * sizeof(float), cudaMemcpyHostToDevice));
   pa::DeviceBuffer<int> lens(std::vector<int>{len});
-  pa::DeviceBuffer<float> out(std::vector<float>(D, std::nanf("")));  // unwritten: NaN
+  pa::DeviceBuffer<float> out(D);
+  pa::test::poison(out);
   pa::launch(pa::ch05::paged_attention_v2_reduce_kernel<float>, dim3(1, 1), dim3(128), 0, nullptr, out.get(),
              static_cast<const float*>(ws.max_logits()), static_cast<const float*>(ws.exp_sums()),
              static_cast<const float*>(ws.partial_out()), static_cast<const int*>(lens.get()),
              pa::ch05::kPartitionSize, 1, s);
   PA_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> got = out.download();
-  int differ = 0, first = -1;
-  for (int d = 0; d < D; ++d)
-    if (std::memcmp(&got[size_t(d)], &x[size_t(d)], sizeof(float)) != 0 && differ++ == 0) first = d;
-  std::ostringstream at;
-  if (first >= 0) at << "; the first at d " << first << ": got " << got[size_t(first)] << ", want " << x[size_t(first)];
-  EXPECT_EQ(differ, 0)
-      << differ << " of " << D << " values differ bit for bit" << at.str() << ". A sequence of " << len
-      << " tokens has one partition (max_logit " << m << ", exp_sum " << l
+  EXPECT_TRUE(pa::test::exactly_equal(out.download(), x, pa::test::flat_dims(size_t(D))))
+      << "a sequence of " << len << " tokens has one partition (max_logit " << m << ", exp_sum " << l
       << "): merge_partitions must return its partial_out unchanged, so that v2 equals v1 bit for bit. "
       << changed << " of these " << D << " values change when weighed and divided back, (l * x) / l: "
       << "one partition needs no weighing.";

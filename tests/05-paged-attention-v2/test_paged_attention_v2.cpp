@@ -26,19 +26,12 @@ void check_case(const GoldenCase& g) {
   pa::ch05::Workspace ws;
   // Scratch for more partitions than any sequence has, all NaN: a reduce that reads a
   // partition past its sequence's own count (or one no kernel wrote) leaks NaN.
-  const size_t rows = size_t(c.shape.num_seqs) * c.shape.num_q_heads * (pa::ch05::num_partitions(c.max_context_len) + 2);
   ws.reserve(c.shape.num_seqs, c.shape.num_q_heads, pa::ch05::num_partitions(c.max_context_len) + 2,
              c.shape.head_size);
   // poisoned: the scratch all NaN; or a NanProbe's rerun, with the pools' padding 0 and the
   // scratch all 0x3F bytes (every float 0.747: an unwritten partition's exp-sum is not 0).
   auto run_v2 = [&](bool poisoned = true) {
-    if (poisoned) {
-      ws.poison();
-    } else {
-      PA_CUDA_CHECK(cudaMemset(ws.max_logits(), 0x3f, rows * sizeof(float)));
-      PA_CUDA_CHECK(cudaMemset(ws.exp_sums(), 0x3f, rows * sizeof(float)));
-      PA_CUDA_CHECK(cudaMemset(ws.partial_out(), 0x3f, rows * c.shape.head_size * sizeof(float)));
-    }
+    ws.poison(poisoned ? 0xFF : 0x3F);
     pa::test::poison(c.out);
     pa::ch05::paged_attention_v2<T>(c.shape, c.out.get(), c.q.get(), c.k_pool.get(), c.v_pool.get(),
                                     c.d_table.get(), c.d_lens.get(), c.max_context_len, c.scale, ws);

@@ -8,7 +8,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -106,23 +105,12 @@ struct VarlenCase {
   // back: a NanProbe's rerun. The pools' padding holds 0; the workspace the byte 0x3F (every
   // float 0.747: a partial no item wrote then has an exp-sum that is not 0, no 0/0).
   std::vector<T> run_finite(ch10::VarlenAttention& attn, int chunk_tokens = 0, int grid = 0) {
-    auto finite = [](auto x) {
-      using E = typename decltype(x)::value_type;
-      for (E& e : x) {
-        if constexpr (std::is_same_v<E, uint8_t>) {
-          if ((e & 0x7f) == 0x7f) e = 0;  // e4m3's NaN
-        } else if (std::isnan(to_float(e))) {
-          e = E(0.f);
-        }
-      }
-      return x;
-    };
     if (fp8) {
-      k8.upload(finite(k8_host));
-      v8.upload(finite(v8_host));
+      k8.upload(nan_to_zero(k8_host));
+      v8.upload(nan_to_zero(v8_host));
     } else {
-      k_pool.upload(finite(k_host));
-      v_pool.upload(finite(v_host));
+      k_pool.upload(nan_to_zero(k_host));
+      v_pool.upload(nan_to_zero(v_host));
     }
     attn.plan(shape, dtype_of<T>(), cache(), seq_lens, qsl, chunk_tokens, grid);
     attn.poison_workspace(0x3f);

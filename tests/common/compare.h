@@ -113,6 +113,20 @@ class NanProbe {
   NanRerun rerun_;
   const NanRerun* outer_;
 };
+// An input with 0 in every NaN-poisoned slot, for a NanProbe's rerun. uint8_t elements are
+// e4m3, whose NaNs are 0x7F and 0xFF.
+template <typename T>
+std::vector<T> nan_to_zero(std::vector<T> x) {
+  for (T& e : x) {
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      if ((e & 0x7F) == 0x7F) e = 0;
+    } else if (std::isnan(static_cast<double>(to_float(e)))) {
+      e = T(0.f);
+    }
+  }
+  return x;
+}
+
 // The cause of the computed NaN at `index`: a rerun's answer, or both causes without one.
 inline const char* computed_nan_cause(int64_t index) {
   const NanRerun* rerun = current_nan_rerun();
@@ -209,10 +223,16 @@ template <typename G, typename W>
 // Bit for bit (so a NaN matches only the same NaN, and -0 differs from 0). `untouched` is
 // the poison an element the kernel must not write still holds: where want holds it, got
 // must too, and a got that still holds it elsewhere was never written.
+// (T deduced from got and want only, as std::type_identity_t does in C++20: this header
+// stays C++17, so that tests nvcc builds can include it.)
+template <typename T>
+struct no_deduce {
+  using type = T;
+};
 template <typename T>
 ::testing::AssertionResult exactly_equal(const std::vector<T>& got, const std::vector<T>& want,
                                          const Dims& dims,
-                                         std::optional<std::type_identity_t<T>> untouched = {}) {
+                                         std::optional<typename no_deduce<T>::type> untouched = {}) {
   if (got.size() != want.size() || int64_t(got.size()) != num_values(dims))
     return ::testing::AssertionFailure() << "size mismatch: got " << got.size() << " values, want "
                                          << want.size() << ", the dims name " << num_values(dims);

@@ -92,13 +92,8 @@ struct PagedCase {
   // a NanProbe's rerun (a NaN that stays was computed, not read).
   template <typename Run>
   auto with_finite_padding(Run run) {
-    auto finite = [](std::vector<T> x) {
-      for (T& e : x)
-        if (std::isnan(to_float(e))) e = T(0.f);
-      return x;
-    };
-    k_pool.upload(finite(k_host));
-    v_pool.upload(finite(v_host));
+    k_pool.upload(nan_to_zero(k_host));
+    v_pool.upload(nan_to_zero(v_host));
     auto result = run();
     k_pool.upload(k_host);
     v_pool.upload(v_host);

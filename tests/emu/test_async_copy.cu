@@ -10,28 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "../common/compare.h"  // error_of, contains_text
 #include "pa/async_copy.h"
 #include "pa/device_buffer.h"
 #include "pa/launch.h"
 
 namespace {
 
-// (tests/common/compare.h's, which needs C++20: these tests also build with nvcc.)
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const pa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using pa::test::error_of;
 
 #if defined(PA_BACKEND_CPU)  // what only the emulator's tests use
-::testing::AssertionResult contains_text(const std::string& message, const std::string& wanted) {
-  if (message.find(wanted) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "wanted \"" << wanted << "\" in:\n" << message;
-}
+using pa::test::contains_text;
 std::string file_line(int line) { return "test_async_copy.cu:" + std::to_string(line); }
 
 constexpr unsigned kGarbage = 0xFFFFFFFFu;  // the emulator's in-flight bytes, as a word
