@@ -253,7 +253,7 @@ step "reference self-tests (pytest reference/)" \
 step "skeleton generator, book listings, progress, book-numbers, mutant-runner, A/B-table and CI-selector tests (pytest tools/)" \
     "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_book_listings.py \
     tools/test_progress.py tools/test_check_book_numbers.py tools/test_run_mutants.py tools/test_ab_table.py \
-    tools/test_ci_select.py tools/test_book_path.py tools/test_book_words.py
+    tools/test_ci_select.py tools/test_book_path.py tools/test_book_words.py tools/test_check_book_refs.py
 step "the benchmarks' GPU-free parts: case files, comparisons, plots (pytest bench/)" \
     "$python" -m pytest -q -p no:cacheprovider bench/
 step "chapters/ is generated from solutions/ and current" \
@@ -262,6 +262,8 @@ step "the book's recorded outputs cite current source lines" \
     "$python" tools/check_cited_lines.py
 step "the book's typed measurements are in the files they name" \
     "$python" tools/check_book_numbers.py
+step "the tests, files, functions and make commands the book names exist" \
+    "$python" tools/check_book_refs.py
 step "golden-case reader, PA_TODO and error messages (test_common)" "$build/test_common"
 if [ "$backend" = cpu ]; then
     step "emulator tests, schedule forward" env PA_EMU_SCHEDULE=forward "$build/tests/emu/test_emu"

@@ -1,0 +1,48 @@
+"""check_book_refs finds what the book names and the repository lacks (planted pages)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import check_book_refs as cbr  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    root = cbr.ROOT
+    return {"code": cbr.code_text(root), "tests": cbr.defined_tests(root),
+            "targets": cbr.make_targets(root), "exercises": cbr.exercise_counts(root)}
+
+
+def errors(text, ctx):
+    return cbr.check_page(text, "planted.md", cbr.ROOT, ctx)
+
+
+def test_the_book_as_it_is_passes():
+    assert cbr.main(["check_book_refs.py"]) == 0
+
+
+def test_real_names_pass(ctx):
+    page = ("`Allocator.DoubleFreeAndUnknownBlocksAreRefused`, `Allocator.*`, "
+            "`include/pa/async_copy.h`, `demo/serve`, `solutions/NN-slug/`, `cp_async16(dst, src)`, "
+            "`pa::launch(...)`, `make test-chapter-8`, `make hint-1 EXERCISE=1`, `make ci`.\n")
+    assert errors(page, ctx) == []
+
+
+@pytest.mark.parametrize("text, says", [
+    ("See `StretchSplit.FillsAboutTwoWaves`.", "no test StretchSplit.FillsAboutTwoWaves"),
+    ("It is in `include/pa/no_such_header.h`.", "no file include/pa/no_such_header.h"),
+    ("Call `cp_async_wait_at_most(n)` here.", "cp_async_wait_at_most appears nowhere"),
+    ("The `first_needed_blok` helper.", "first_needed_blok appears nowhere"),
+    ("Run `make hint-1 EXERCISE=40`.", "chapter 1 has"),
+    ("Run `make test-everything`.", "no rule for make test-everything"),
+])
+def test_each_planted_name_is_found_on_its_line(ctx, text, says):
+    found = errors("Intro line.\n\n" + text + "\n", ctx)
+    assert len(found) == 1 and says in found[0] and found[0].startswith("planted.md:3:"), found
+
+
+def test_code_blocks_and_comments_are_not_read_and_lines_still_count(ctx):
+    page = "```\n`NoSuch.Test`\n```\n<!-- `NoSuch.Other` -->\n`Missing.Here`\n"
+    assert errors(page, ctx) == ["planted.md:5: no test Missing.Here under tests/"]
