@@ -12,7 +12,10 @@ existed sends the student looking for nothing. This check reads every page of bo
 - a call, `name(...)`, or a snake_case name of six characters or more, that appears
   nowhere in the code, the tests, the reference or the tools;
 - `make hint-N EXERCISE=K` where chapter N has fewer than K exercises, and a `make X`
-  that the Makefile has no rule for.
+  that the Makefile has no rule for;
+- a chapter page whose headings do not number its core exercises 1, 2, ... as `make
+  hint-N` does (a heading may cover two: "Exercises 1 and 2: ..."), or number one that
+  the chapter does not have.
 
     python3 tools/check_book_refs.py            # make test runs it
     python3 tools/check_book_refs.py PAGE...    # only these pages
@@ -69,12 +72,36 @@ def make_targets(root: Path) -> list[re.Pattern]:
     return [re.compile("^" + re.escape(r).replace("%", "[A-Za-z0-9]+") + "$") for r in rules]
 
 
-def exercise_counts(root: Path) -> dict[int, int]:
+def exercise_counts(root: Path) -> dict[int, tuple[int, int]]:
+    """Chapter -> (its exercises, its core ones), as make hint-N numbers them."""
     import make_skeletons
     counts = {}
     for name in make_skeletons.chapter_names(root / "solutions"):
-        counts[int(name[:2])] = len(make_skeletons.exercises(root, name[:2]))
+        found = make_skeletons.exercises(root, name[:2])
+        counts[int(name[:2])] = (len(found), sum(not ex.stretch for ex in found))
     return counts
+
+
+HEADING_NUMBERS = re.compile(r"exercises? ([0-9]+)(?:,? (?:and|to) ([0-9]+))?", re.I)
+
+
+def check_headings(text: str, page: str, ctx: dict) -> list[str]:
+    """A chapter page's headings number its exercises as make hint-N does."""
+    m = re.match(r"ch([0-9]{2})-", page)
+    if not m or int(m.group(1)) not in ctx["exercises"]:
+        return []
+    chapter = int(m.group(1))
+    total, core = ctx["exercises"][chapter]
+    seen = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            for a, b in HEADING_NUMBERS.findall(line):
+                seen.update(range(int(a), int(b or a) + 1))
+    errors = [f"{page}: no heading for exercise {k} (make hint-{chapter} has {core} core "
+              f"exercises)" for k in range(1, core + 1) if k not in seen]
+    errors += [f"{page}: a heading names exercise {k}, but make hint-{chapter} has {total}"
+               for k in sorted(seen) if k > total]
+    return errors
 
 
 def path_exists(root: Path, ref: str) -> bool:
@@ -113,7 +140,7 @@ def check_page(text: str, page: str, root: Path, ctx: dict) -> list[str]:
             k = re.search(r"EXERCISE=([0-9]+)", args)
             if hint and k:
                 chapter, number = int(hint.group(1)), int(k.group(1))
-                have = ctx["exercises"].get(chapter, 0)
+                have = ctx["exercises"].get(chapter, (0, 0))[0]
                 if number > have:
                     errors.append(f"{where}: make hint-{chapter} EXERCISE={number}, but chapter "
                                   f"{chapter} has {have} exercises")
@@ -127,7 +154,8 @@ def main(argv: list[str]) -> int:
            "exercises": exercise_counts(root)}
     errors = []
     for page in pages:
-        errors += check_page(page.read_text(encoding="utf-8"), page.name, root, ctx)
+        text = page.read_text(encoding="utf-8")
+        errors += check_page(text, page.name, root, ctx) + check_headings(text, page.name, ctx)
     for e in errors:
         print(e)
     if errors:

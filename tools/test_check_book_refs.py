@@ -46,3 +46,16 @@ def test_each_planted_name_is_found_on_its_line(ctx, text, says):
 def test_code_blocks_and_comments_are_not_read_and_lines_still_count(ctx):
     page = "```\n`NoSuch.Test`\n```\n<!-- `NoSuch.Other` -->\n`Missing.Here`\n"
     assert errors(page, ctx) == ["planted.md:5: no test Missing.Here under tests/"]
+
+
+def test_a_chapter_page_numbers_its_exercises_as_make_hint_does(ctx):
+    total, core = ctx["exercises"][2]
+    assert core == 4  # chapter 2: allocate, free, the write, the gather
+    covered = "## Exercises 1 and 2: the allocator\n## Exercise 3: the write\n## Exercise 4: the gather\n"
+    assert cbr.check_headings(covered, "ch02-planted.md", ctx) == []
+    one_short = "## Exercise 1: the allocator\n## Exercise 2: the write\n## Exercise 3: the gather\n"
+    assert cbr.check_headings(one_short, "ch02-planted.md", ctx) == [
+        "ch02-planted.md: no heading for exercise 4 (make hint-2 has 4 core exercises)"]
+    too_many = covered + f"## Stretch exercise {total + 1}: none\n"
+    assert cbr.check_headings(too_many, "ch02-planted.md", ctx) == [
+        f"ch02-planted.md: a heading names exercise {total + 1}, but make hint-2 has {total}"]

@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/02-paged-kv/block_allocator.cpp; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 2, exercise 1 of 3: the block allocator, a free list with O(1) operations.
+// Chapter 2, exercises 1 and 2 of 4: the block allocator, a free list with O(1) operations.
 #include <algorithm>
 
 #include "pa/ch02_paged.h"

@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/06-fp8-kv-cache/fp8.cuh; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 6, exercise 1 of 3: converting between fp32 and e4m3 bytes.
+// Chapter 6, exercises 1 and 2 of 4: converting between fp32 and e4m3 bytes.
 #pragma once
 
 #include <cstdint>

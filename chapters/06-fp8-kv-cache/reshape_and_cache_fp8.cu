@@ -1,5 +1,5 @@
 // Your exercise file. (Generated from solutions/06-fp8-kv-cache/reshape_and_cache_fp8.cu; instructors regenerate with tools/make_skeletons.py.)
-// Chapter 6, exercise 2 of 3: quantize new tokens' K and V into the fp8 pools.
+// Chapter 6, exercise 3 of 4: quantize new tokens' K and V into the fp8 pools.
 #include "fp8.cuh"
 #include "pa/ch06_fp8.h"
 #include "pa/dtype.h"

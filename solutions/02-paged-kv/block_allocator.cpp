@@ -1,4 +1,4 @@
-// Chapter 2, exercise 1 of 3: the block allocator, a free list with O(1) operations.
+// Chapter 2, exercises 1 and 2 of 4: the block allocator, a free list with O(1) operations.
 #include <algorithm>
 
 #include "pa/ch02_paged.h"

@@ -1,4 +1,4 @@
-// Chapter 2, exercise 3 of 3: gather a paged cache back into chapter 1's dense layout,
+// Chapter 2, exercise 4 of 4: gather a paged cache back into chapter 1's dense layout,
 // so that the dense decode kernel can run on paged storage. (Chapter 4 removes this copy
 // by walking the block table inside the attention kernel.)
 #include "pa/ch02_paged.h"

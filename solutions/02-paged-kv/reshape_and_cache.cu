@@ -1,4 +1,4 @@
-// Chapter 2, exercise 2 of 3: write new tokens' K and V into their slots of the pools.
+// Chapter 2, exercise 3 of 4: write new tokens' K and V into their slots of the pools.
 #include "pa/ch02_paged.h"
 #include "pa/dtype.h"
 #include "pa/launch.h"

@@ -1,4 +1,4 @@
-// Chapter 6, exercise 3 of 3: chapter 4's block step on an fp8 cache.
+// Chapter 6, exercise 4 of 4: chapter 4's block step on an fp8 cache.
 #pragma once
 
 #include "attend_block.cuh"  // chapter 4: WarpState, merge_warps, kWarps
