@@ -15,7 +15,8 @@ existed sends the student looking for nothing. This check reads every page of bo
   that the Makefile has no rule for;
 - a chapter page whose headings do not number its core exercises 1, 2, ... as `make
   hint-N` does (a heading may cover two: "Exercises 1 and 2: ..."), or number one that
-  the chapter does not have.
+  the chapter does not have; and a `make hint-N EXERCISE=K` under a heading about
+  another exercise.
 
     python3 tools/check_book_refs.py            # make test runs it
     python3 tools/check_book_refs.py PAGE...    # only these pages
@@ -92,12 +93,26 @@ def check_headings(text: str, page: str, ctx: dict) -> list[str]:
         return []
     chapter = int(m.group(1))
     total, core = ctx["exercises"][chapter]
-    seen = set()
+    seen, seen_errors = set(), []
     for line in text.splitlines():
         if line.startswith("#"):
             for a, b in HEADING_NUMBERS.findall(line):
                 seen.update(range(int(a), int(b or a) + 1))
-    errors = [f"{page}: no heading for exercise {k} (make hint-{chapter} has {core} core "
+    # Under a heading about exercise J, a `make hint-N EXERCISE=K` must have K = J.
+    section = set()
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            section = {k for a, b in HEADING_NUMBERS.findall(line) for k in range(int(a), int(b or a) + 1)}
+            if not section and re.search(r"stretch exercise", line, re.I) and total - core == 1:
+                section = {total}
+            continue
+        for k in re.findall(rf"`make hint-{chapter} EXERCISE=([0-9]+)`", line):
+            if section and int(k) not in section:
+                errors_here = f"{page}:{line_no}: make hint-{chapter} EXERCISE={k} under a heading " \
+                              f"about exercise {' and '.join(map(str, sorted(section)))}"
+                seen_errors.append(errors_here)
+    errors = list(seen_errors)
+    errors += [f"{page}: no heading for exercise {k} (make hint-{chapter} has {core} core "
               f"exercises)" for k in range(1, core + 1) if k not in seen]
     errors += [f"{page}: a heading names exercise {k}, but make hint-{chapter} has {total}"
                for k in sorted(seen) if k > total]
@@ -159,7 +174,7 @@ def main(argv: list[str]) -> int:
     for e in errors:
         print(e)
     if errors:
-        print(f"check_book_refs: {len(errors)} name(s) in the book that the repository does not have")
+        print(f"check_book_refs: {len(errors)} problem(s): the book names what the repository does not have")
         return 1
     print(f"check_book_refs: every test, file, function and make command the book names exists "
           f"({len(pages)} pages)")

@@ -59,3 +59,12 @@ def test_a_chapter_page_numbers_its_exercises_as_make_hint_does(ctx):
     too_many = covered + f"## Stretch exercise {total + 1}: none\n"
     assert cbr.check_headings(too_many, "ch02-planted.md", ctx) == [
         f"ch02-planted.md: a heading names exercise {total + 1}, but make hint-2 has {total}"]
+
+
+def test_a_hint_command_under_another_exercises_heading_is_found(ctx):
+    page = ("## Exercise 3: the write\n\nThe hints: `make hint-2 EXERCISE=3`.\n"
+            "## Exercise 4: the gather\n\nThe hints: `make hint-2 EXERCISE=3`.\n"
+            "## Stretch exercise: dense to paged\n\nThe hints: `make hint-2 EXERCISE=5`.\n"
+            "## Exercises 1 and 2: the allocator\n\n`make hint-2 EXERCISE=2`.\n")
+    assert cbr.check_headings(page, "ch02-planted.md", ctx) == [
+        "ch02-planted.md:6: make hint-2 EXERCISE=3 under a heading about exercise 4"]
