@@ -66,6 +66,18 @@ def quantize_e4m3(x, scale):
     return np.where(np.isnan(quotient), np.uint8(E4M3_NAN), data)
 
 
+def amax_scales(x, axis=-1):
+    """Per-group scales for e4m3: float32(max |x| over `axis`) / 448, divided in float32, and 1
+    for a group whose quotient is 0 (all zeros), so that quantize_e4m3 accepts every scale.
+
+    The group's largest magnitude then quantizes to exactly +-448. Chapter 11's latent tiles
+    (mla.fp8_tile_scales) and chapter 14's indexer keys and queries (dsa) are scaled this way.
+    """
+    amax = np.abs(np.asarray(x, dtype=np.float32)).max(axis=axis)
+    scale = amax / np.float32(E4M3_MAX)
+    return np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+
+
 def dequantize_e4m3(data, scale):
     """e4m3 bytes read as values, times scale, in float64 (exact). NaN bytes give NaN."""
     data = np.asarray(data, dtype=np.uint8)

@@ -233,11 +233,9 @@ def _sixteen_bit(dtype_name):
 
 def fp8_tile_scales(c_kv):
     """float32 [n, 4]: each 128-value tile's amax / 448 in float32 (1 where that is 0)."""
-    from .fp8 import E4M3_MAX
+    from .fp8 import amax_scales
     c = np.asarray(c_kv, dtype=np.float32)
-    amax = np.abs(c).reshape(len(c), FP8_SCALES, FP8_TILE).max(axis=2)
-    scale = amax / np.float32(E4M3_MAX)
-    return np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    return amax_scales(c.reshape(len(c), FP8_SCALES, FP8_TILE), axis=2)
 
 
 def quantize_latent_fp8(c_kv, k_rope, dtype_name):

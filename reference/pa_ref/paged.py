@@ -49,6 +49,21 @@ def pool_dims(k_pool, v_pool):
     return num_blocks, num_kv_heads, head_size, block_size, x
 
 
+def check_slot_mapping(slot_mapping, num_tokens, num_slots):
+    """slot_mapping as int64 [num_tokens], checked against a pool of num_slots slots: every
+    slot is < num_slots (a negative one is padding), and no two tokens share a slot (on a
+    GPU the winner would be a race). Raises ValueError otherwise."""
+    slot_mapping = np.asarray(slot_mapping, dtype=np.int64)
+    if slot_mapping.shape != (num_tokens,):
+        raise ValueError(f"slot_mapping must be [{num_tokens}], got {slot_mapping.shape}")
+    real = slot_mapping[slot_mapping >= 0]
+    if np.any(real >= num_slots):
+        raise ValueError(f"a slot is beyond the pool's {num_slots} slots")
+    if np.unique(real).size != real.size:
+        raise ValueError("two tokens are mapped to the same slot")
+    return slot_mapping
+
+
 def reshape_and_cache(k, v, k_pool, v_pool, slot_mapping):
     """Write token i's K and V, k[i] and v[i] ([Hkv, D] each), into slot slot_mapping[i].
 
@@ -57,17 +72,10 @@ def reshape_and_cache(k, v, k_pool, v_pool, slot_mapping):
     Two tokens may not share a slot (on a GPU the winner would be a race).
     """
     k, v = np.asarray(k), np.asarray(v)
-    slot_mapping = np.asarray(slot_mapping, dtype=np.int64)
     num_blocks, num_kv_heads, head_size, block_size, x = pool_dims(k_pool, v_pool)
     if k.shape != v.shape or k.shape[1:] != (num_kv_heads, head_size):
         raise ValueError(f"k and v must be [T, {num_kv_heads}, {head_size}], got {k.shape}, {v.shape}")
-    if slot_mapping.shape != (k.shape[0],):
-        raise ValueError(f"slot_mapping must be [{k.shape[0]}], got {slot_mapping.shape}")
-    real = slot_mapping[slot_mapping >= 0]
-    if np.any(real >= num_blocks * block_size):
-        raise ValueError(f"a slot is beyond the pool's {num_blocks * block_size} slots")
-    if np.unique(real).size != real.size:
-        raise ValueError("two tokens are mapped to the same slot")
+    slot_mapping = check_slot_mapping(slot_mapping, k.shape[0], num_blocks * block_size)
 
     for i, slot in enumerate(slot_mapping):
         if slot < 0:
