@@ -127,7 +127,8 @@ def dense_warps(context_len=11, slots=14, head_size=80):
     ax = st.bare_axes(fig, [0.01, 0.01, 0.98, 0.98], (-4.6, 33.0), (-2.6, 16.4))
     # (a) the slots of the sequence, a row per warp.
     sw = 1.5
-    ax.text(-4.4, -1.9, f"(a) One thread block, {W} warps: warp w takes slots w, w + {W}, w + {2 * W}, ...", fontsize=11, fontweight="bold", va="center")
+    ax.text(-4.4, -1.9, f"(a) One thread block, {W} warps: warp w takes slots w, w + {W}, w + {2 * W}, ...",
+            fontsize=11, fontweight="bold", va="center")
     for t in range(slots):
         ax.text(t * sw + sw / 2, -0.5, str(t), ha="center", va="center", fontsize=9.6,
                 color=INK if t < context_len else MUTED)
