@@ -22,23 +22,23 @@ def _arrow(ax, a, b, colour=INK, lw=1.2):
                                  zorder=5, shrinkA=2, shrinkB=2))
 
 
-def mla_cache(per_row=32):
-    """One token of one layer, to scale: a cell is 64 bf16 values (128 bytes)."""
+def mla_cache(per_row=64):
+    """One token of one layer, to scale: a cell is 64 bf16 values (128 bytes), 64 cells a row."""
     caches = [
         ("MHA: K and V of 128 heads of 128", mla.kv_bytes_per_token(128, 128), [("K", BLUE), ("V", ORANGE)]),
         ("GQA: K and V of 8 heads of 128", mla.kv_bytes_per_token(8, 128), [("K", BLUE), ("V", ORANGE)]),
         ("MLA: one latent row for all 128 heads", mla.mla_bytes_per_token(), [("c_kv", GREEN), ("k_rope", PINK)]),
     ]
     rows_of = [-(-b // CELL_BYTES // per_row) for _, b, _ in caches]
-    cw, ch = 2.2, 1.0
-    height = sum(r * ch for r in rows_of) + 3.0 * len(caches) + 3.5
-    fig = st.figure(0.30 * height + 0.6)
-    ax = st.bare_axes(fig, [0.02, 0.02, 0.96, 0.96], (0, per_row * cw + 4.5), (-0.5, height))
+    cw, ch = 1.0, 1.0  # square cells
+    height = sum(r * ch for r in rows_of) + 3.4 * len(caches) + 2.4
+    fig = st.figure(0.122 * (height + 1.6) + 0.15)
+    ax = st.bare_axes(fig, [0.02, 0.02, 0.96, 0.96], (0, per_row * cw + 0.6), (-0.7, height + 0.9))
     y, info = 0.6, {}
     for (title, nbytes, parts), rows in zip(caches, rows_of):
         cells = nbytes // CELL_BYTES
         ax.text(0.2, y, f"{title}: {nbytes:,} bytes", fontsize=10.5, fontweight="bold", va="center")
-        y += 1.0
+        y += 1.2
         key = title.split(":")[0].lower()
         for i in range(cells):
             if key == "mla":  # 8 cells of c_kv (512), 1 of k_rope (64)
@@ -51,11 +51,10 @@ def mla_cache(per_row=32):
         if key == "mla":
             ax.text(0.2 + 9 * cw + 1.0, y + 0.5, "c_kv 512 (green) | k_rope 64 (pink)", va="center", fontsize=10)
         info[key] = {"bytes": nbytes, "cells": cells}
-        y += rows * ch + 2.0
-    ax.text(0.2, y + 0.3, f"One cell: 64 values in bf16 ({CELL_BYTES} bytes). Blue: K, orange: V, "
-            "green: the latent c_kv,", fontsize=10, color=MUTED)
-    ax.text(0.2, y + 1.6, "pink: the RoPE key. MHA's 512 cells are the same token as MLA's 9.",
-            fontsize=10, color=MUTED)
+        y += rows * ch + 2.2
+    ax.text(0.2, y - 0.4, f"One cell: 64 values in bf16 ({CELL_BYTES} bytes). Blue: K, orange: V, green: the "
+            "latent c_kv, pink: the\nRoPE key. MHA's 512 cells are the same token as MLA's 9.", fontsize=10,
+            color=MUTED, va="top")
     return fig, info
 
 

@@ -24,9 +24,12 @@ sys.path.insert(0, str(HERE))
 import pa_ref  # noqa: E402
 from pa_ref import work_maps as wm  # noqa: E402
 from pa_ref.paged import blocks_for, token_slot  # noqa: E402
+from matplotlib.legend_handler import HandlerTuple  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 import style as st  # noqa: E402
+import appendix_b  # noqa: E402  (Appendix B's figure)
+import ch01  # noqa: E402  (chapter 1's figures)
 import ch11  # noqa: E402  (chapter 11's figures)
 import ch12  # noqa: E402  (chapter 12's figure)
 from style import (BLUE, GREEN, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED,  # noqa: E402
@@ -194,13 +197,13 @@ def kv_layout(block=3, head=1, d=9, offset=5, num_kv_heads=2, head_size=64, bloc
         group = x if name == "K" else bs
         ax.vlines(range(0, cols + 1, group), 0, rows, color=MUTED, lw=0.8, zorder=2)
         ax.hlines([0, rows / 2, rows], 0, cols, color=INK, lw=1.2, zorder=2)
-        for rr in range(rows):  # the first and last row of each head, and the element's row
-            hh, sub = divmod(rr, rows // H)
-            if sub not in (0, rows // H - 1) and rr != r:
-                continue
+        per_head = rows // H
+        for rr in [hh * per_head for hh in range(H)] + [rows - 1]:  # each head's first row, the last
+            sub = rr % per_head
             label = f"c {sub}" if name == "K" else f"d {8 * sub}–{8 * sub + 7}"
-            ax.text(-0.8, rr + 0.5, label, ha="right", va="center", fontsize=9.6,
-                    color=RED if rr == r else MUTED)
+            ax.text(-0.8, rr + 0.5, label, ha="right", va="center", fontsize=9.6, color=MUTED)
+        sub = r % per_head  # the element's row is named in its label, not beside its neighbours'
+        where = f"chunk {sub}" if name == "K" else f"row d {8 * sub}–{8 * sub + 7}"
         for hh in range(H):
             ax.text(-17, rows / H * hh + rows / (2 * H), f"head {hh}", ha="center", va="center",
                     fontsize=10.5, fontweight="bold", rotation=90)
@@ -218,7 +221,7 @@ def kv_layout(block=3, head=1, d=9, offset=5, num_kv_heads=2, head_size=64, bloc
                     fontsize=10, color=MUTED)
             for j in range(cols // bs):
                 ax.text(j * bs + bs / 2, -0.5, f"d+{j}", ha="center", fontsize=9.6)
-        ax.annotate(f"{name}[{target}]: head {head}, d {d}, slot {offset}", xy=(c + 0.5, r + 0.5),
+        ax.annotate(f"{name}[{target}]: head {head}, d {d} ({where}), slot {offset}", xy=(c + 0.5, r + 0.5),
                     xytext=(c + 8, rows + 3.0), fontsize=10.5, color=RED,
                     fontweight="bold", arrowprops=dict(arrowstyle="-|>", color=RED, lw=1.2))
         info[name] = {"ax": ax, "element": cells_of(ax, "element"), "token": cells_of(ax, "token"),
@@ -620,10 +623,10 @@ def cow(block_size=4, num_blocks=5):
     for k, stage in enumerate(stages):
         y = k * 5.0 + 0.4
         if k:
-            ax.plot([0.5, 99.5], [y - 0.25, y - 0.25], color=GRID, lw=0.6)
+            ax.plot([0.5, 99.5], [y - 0.6, y - 0.6], color=GRID, lw=0.6)
         ax.text(1, y + 2.2, stage["text"], va="center", fontsize=10.5)
         for i, (s, blocks) in enumerate(sorted(stage["lists"].items())):
-            ax.text(38, y + 1.0 + i * 2.2, f"seq {s}: {blocks}", va="center", fontsize=10.5,
+            ax.text(38, y + 1.0 + i * 1.55, f"seq {s}: {blocks}", va="center", fontsize=10.5,
                     color=seq_c[s], fontweight="bold")
         drawn = []
         for b in range(num_blocks):
@@ -643,7 +646,7 @@ def cow(block_size=4, num_blocks=5):
         for src, dst in stage["copies"]:
             arrow(ax, (58 + src * 8.2 + 3.4, y + 2.3), (58 + dst * 8.2 + 3.4, y + 2.3), colour=RED,
                   lw=1.6, rad=-0.5)
-            ax.text(38, y + 4.3, f"copies: [({src}, {dst})]", fontsize=10.5, color=RED,
+            ax.text(38, y + 3.55, f"copies: [({src}, {dst})]", fontsize=10.5, color=RED,
                     fontweight="bold", va="center")
         info.append({"refcounts": drawn, "copies": stage["copies"], "lists": stage["lists"]})
     ax.text(1, len(stages) * 5.0 - 0.35, "Slots: blue = seq 0's tokens, orange = seq 1's, pink = "
@@ -743,13 +746,14 @@ def serving_timeline(num_blocks=10):
     colours = dict(zip(names, [BLUE, ORANGE, GREEN, SKY, RED]))
     steps = len(log)
     fig = st.figure(6.0)
-    ax = fig.add_axes([0.1, 0.50, 0.88, 0.40])
+    ax = fig.add_axes([0.1, 0.53, 0.88, 0.37])
     ax.set_xlim(-0.5, steps - 0.5)
-    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_ylim(len(names) - 0.45, -0.5)
     ax.set_yticks(range(len(names)), [f"req. {n}" for n in names])
-    ax.set_xticks(range(steps), [])
-    ax.tick_params(length=0)
-    for side in ("top", "right", "left", "bottom"):
+    ax.set_xticks(range(steps))  # the same steps as the panel below
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlabel("engine step", labelpad=2)
+    for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     ax.set_title("Continuous batching: each step, who runs", loc="left", fontsize=11.5)
     drawn = {n: [] for n in names}
@@ -790,7 +794,7 @@ def serving_timeline(num_blocks=10):
     fig.legend(handles, ["waiting", "prefill (tokens computed)", "decode (one token)"], loc="upper right",
                ncol=3, frameon=False, bbox_to_anchor=(0.99, 0.995))
     # Blocks in use.
-    bx = fig.add_axes([0.1, 0.08, 0.88, 0.30])
+    bx = fig.add_axes([0.1, 0.08, 0.88, 0.29])
     bottom = np.zeros(steps)
     kinds = ["prefix"] + names
     for k in kinds:
@@ -963,7 +967,7 @@ def varlen_tiles(prefix=600, new=40, num_q_heads=8, num_kv_heads=2, grid=16):
                 bx.add_patch(p)
                 idx = plan["items"].index(it)
                 block = max(c for c in range(grid) if plan["cta_start"][c] <= idx)
-                bx.text((begin + end) / 2, y, f"{begin}–{end}: block {block}", ha="center", va="center",
+                bx.text((begin + end) / 2, y, f"{begin}–{end}: thread block {block}", ha="center", va="center",
                         fontsize=10, color="white", fontweight="bold")
                 drawn.append((k, hkv, begin, end))
             bx.plot([kv_needed, kv_needed], [y - 0.45, y + 0.45], color=INK, lw=1.2)
@@ -1015,7 +1019,7 @@ def varlen_plan(num_q_heads=8, num_kv_heads=2, grid=8):
                                             "head of the long sequence", 0.545),
                                            (after, "make_plan: the long tiles cut into chunks, every "
                                             "item dealt longest first", 0.12)]):
-        ax = fig.add_axes([0.13, y0, 0.84, 0.29])
+        ax = fig.add_axes([0.16, y0, 0.81, 0.29])
         bars = []
         for c, items in enumerate(plan["blocks"]):
             t = 0.0
@@ -1030,14 +1034,16 @@ def varlen_plan(num_q_heads=8, num_kv_heads=2, grid=8):
                 ax.add_patch(p)
                 bars.append((c, seq, begin, end, cost))
                 t += cost
-            ax.text(t + top * 0.01, c, f"{t:,.0f}", va="center", fontsize=9.6, color=MUTED)
+            # Each load in a column right of every bar and of the dashed line, which crosses no text.
+            ax.text(top * 1.025, c, f"{t:,.0f}", va="center", fontsize=9.6, color=MUTED)
         makespan = max(plan["loads"])
         ax.axvline(makespan, color=INK, lw=1.2, ls="--")
         ax.text(makespan + (-0.01 if k == 0 else 0.07) * top, grid - 1.5, f"the step ends: {makespan:,.0f}",
-                ha="right" if k == 0 else "left", va="center", fontsize=10.5, fontweight="bold")
-        ax.set_xlim(0, top * 1.08)
+                ha="right" if k == 0 else "left", va="center", fontsize=10.5, fontweight="bold",
+                bbox=dict(facecolor="white", edgecolor="none", pad=1.0))
+        ax.set_xlim(0, top * 1.1)
         ax.set_ylim(grid - 0.5, -0.9)
-        ax.set_yticks(range(grid), [f"block {c}" for c in range(grid)])
+        ax.set_yticks(range(grid), [f"thread block {c}" for c in range(grid)])
         ax.tick_params(axis="y", length=0)
         ax.set_title(title, loc="left", fontsize=11.5)
         for side in ("top", "right", "left"):
@@ -1045,16 +1051,22 @@ def varlen_plan(num_q_heads=8, num_kv_heads=2, grid=8):
         if k == 1:
             ax.set_xlabel("work, in item_cost units (KV tokens of a decode tile, item start included)")
         out["before" if k == 0 else "after"] = {"bars": bars, "loads": plan["loads"]}
-    handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in (RED, BLUE, GREEN)]
-    fig.legend(handles, [f"the {lens[0]:,}-token sequence", "14 short decodes",
+    handles = [Rectangle((0, 0), 1, 1, facecolor=RED),
+               (Rectangle((0, 0), 1, 1, facecolor=BLUE), Rectangle((0, 0), 1, 1, facecolor=SKY)),
+               Rectangle((0, 0), 1, 1, facecolor=GREEN)]
+    fig.legend(handles, [f"the {lens[0]:,}-token sequence", "14 short decodes (two shades)",
                          f"a {qsl[-1] - qsl[-2]}-token prefill chunk"], loc="upper left", ncol=3,
-               frameon=False, bbox_to_anchor=(0.01, 0.995))
+               frameon=False, bbox_to_anchor=(0.01, 0.995), handler_map={tuple: HandlerTuple(ndivide=None, pad=0)})
     fig.text(0.02, 0.925, f"A ragged step: {num_q_heads} query heads over {num_kv_heads} KV heads, "
              f"a grid of {grid} thread blocks (an H100 runs 264).", fontsize=10.5, color=MUTED, va="center")
     return fig, {**out, "args": (lens, qsl, num_q_heads, num_kv_heads, grid)}
 
 
 FIGURES = {
+    "dense-slab": ch01.dense_slab,  # book/figures/ch01.py
+    "dense-warps": ch01.dense_warps,
+    "online-rescale": ch01.online_rescale,
+    "warp-merge": ch01.warp_merge,
     "dense-vs-paged": dense_vs_paged,
     "slot-lookup": slot_lookup,
     "kv-layout": kv_layout,
@@ -1072,6 +1084,7 @@ FIGURES = {
     "mla-cache": ch11.mla_cache,  # book/figures/ch11.py
     "mla-absorbed": ch11.mla_absorbed,
     "hybrid-window": ch12.hybrid_window,  # book/figures/ch12.py
+    "stale-table": appendix_b.stale_table,  # book/figures/appendix_b.py
 }
 
 

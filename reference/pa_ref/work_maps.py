@@ -1,7 +1,7 @@
 """Who touches what: the work maps of the course's kernels, as plain functions.
 
 The other modules say what a kernel computes; this one says how the kernels of
-chapters 4, 5 and 9 divide that work among warps and lanes, and where the data
+chapters 1, 4, 5 and 9 divide that work among warps and lanes, and where the data
 each one reads sits. The book's figures are drawn from these functions
 (book/figures/), and the tests in tests/test_work_maps.py check them against the
 pool layouts of paged.py and the PTX ISA's fragment layout, so a figure cannot show
@@ -10,9 +10,46 @@ a mapping that the kernels do not use.
 
 from .paged import blocks_for, k_pool_index
 
+WARP_SIZE = 32
+
+# Chapter 1: the dense cache, [num_seqs, max_seq_len, num_kv_heads, head_size] row-major,
+# and its decode kernel (solutions/01-dense-kv/decode_attention.cu): one thread block of
+# four warps per (query head, sequence).
+DENSE_WARPS = 4
+
+
+def dense_offset(seq, t, g, d, max_seq_len, num_kv_heads, head_size):
+    """Flat index of element (seq, slot t, KV head g, dim d) of k_cache or v_cache:
+    ((seq * L + t) * Hkv + g) * D + d. Slots t and t + 1 are Hkv * D apart (the token
+    stride), sequences L * Hkv * D apart."""
+    return ((seq * max_seq_len + t) * num_kv_heads + g) * head_size + d
+
+
+def dense_kv_head(h, num_q_heads, num_kv_heads):
+    """The KV head that query head h reads: h / (Hq / Hkv) (GQA; not h % Hkv)."""
+    return h // (num_q_heads // num_kv_heads)
+
+
+def dense_warp_tokens(warp, context_len, num_warps=DENSE_WARPS):
+    """The slots a warp of the chapter 1 kernel attends: warp, warp + 4, ... < context_len
+    (none when context_len <= warp)."""
+    return list(range(warp, context_len, num_warps))
+
+
+def dense_per_lane(head_size):
+    """kPerLane = ceil(D / 32): the elements of q, k, v and acc each lane holds."""
+    return -(-head_size // WARP_SIZE)
+
+
+def dense_lane_dims(lane, head_size):
+    """The dims of the head vector that lane holds: lane + 32 i for i < kPerLane, those
+    below D only (D = 80: lanes 16..31 have two, the others three)."""
+    return [d for d in (lane + WARP_SIZE * i for i in range(dense_per_lane(head_size)))
+            if d < head_size]
+
+
 # Chapter 4: a thread block of four warps per (query head, sequence).
 V1_WARPS = 4
-WARP_SIZE = 32
 
 
 def v1_warp_of_block(logical_block, num_warps=V1_WARPS):

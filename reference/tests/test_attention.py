@@ -107,3 +107,49 @@ def test_bad_input_raises(change):
         k = k[0]
     with pytest.raises(ValueError):
         decode_attention(q, k, v, lens, 0.3)
+
+
+# The chapter 1 kernel's way: an online softmax per warp, then a merge of the warps.
+
+def test_online_softmax_keeps_the_softmax_of_every_prefix():
+    from pa_ref.attention import online_softmax
+
+    rng = np.random.default_rng(8)
+    scores = rng.standard_normal(9) * 3
+    values = rng.standard_normal((9, 5))
+    states = online_softmax(scores, values)
+    assert states[0]["c"] == 0.0  # exp(-inf): the empty start weighs nothing
+    for n, st in enumerate(states, start=1):
+        assert st["m"] == scores[:n].max()
+        w = np.exp(scores[:n] - st["m"])
+        assert np.isclose(st["l"], w.sum())
+        np.testing.assert_allclose(st["acc"] / st["l"], softmax(scores[:n]) @ values[:n], atol=1e-14)
+        prev_m = states[n - 2]["m"] if n > 1 else -np.inf
+        assert st["c"] == np.exp(prev_m - st["m"])  # 1 unless the max grew
+        assert 0.0 <= st["p"] <= 1.0 and st["l"] >= 1.0  # no exponent above 0
+
+
+def test_merge_of_warp_states_is_decode_attention():
+    from pa_ref.attention import decode_attention_by_warps
+
+    for num_heads, num_kv_heads in [(2, 2), (4, 2), (8, 1)]:
+        q, k, v = random_inputs(9, num_heads=num_heads, num_kv_heads=num_kv_heads)
+        for lens in ([12, 5], [1, 3], [0, 4]):  # lengths below 4 leave warps with no token
+            lens = np.array(lens)
+            k2, v2 = k.copy(), v.copy()
+            for b, n in enumerate(lens):
+                k2[b, n:], v2[b, n:] = np.nan, np.nan  # never read
+            got = decode_attention_by_warps(q, k2, v2, lens, 0.4)
+            np.testing.assert_allclose(got, decode_attention(q, k2, v2, lens, 0.4), atol=1e-14)
+
+
+def test_an_empty_warp_weighs_nothing():
+    from pa_ref.attention import merge_softmax_states, warp_softmax_states
+
+    m, l, acc = warp_softmax_states(np.array([0.5, 2.0, -1.0]), np.eye(3))
+    assert m[3] == -np.inf and l[3] == 0.0 and not acc[3].any()  # warp 3 saw no token
+    M, f, L, out = merge_softmax_states(m, l, acc)
+    assert M == 2.0 and f[3] == 0.0 and not np.isnan(out).any()
+    np.testing.assert_allclose(out, softmax(np.array([0.5, 2.0, -1.0])), atol=1e-15)
+    M, f, L, out = merge_softmax_states(*warp_softmax_states(np.zeros(0), np.zeros((0, 2))))
+    assert L == 0.0 and not out.any()  # every warp empty: zeros, as for context_len 0

@@ -131,3 +131,45 @@ def test_mma_fragments_are_the_ptx_layout():
                 total += frag_a[la][2 * ra + ha] * frag_b[lb][2 * rb + hb]
             C[row, col] = total
     np.testing.assert_allclose(C, A @ B)
+
+
+# Chapter 1: the dense cache's layout and its decode kernel's warps and lanes.
+
+def test_dense_offset_is_the_row_major_index():
+    B, L, Hkv, D = 3, 5, 2, 8
+    want = np.arange(B * L * Hkv * D).reshape(B, L, Hkv, D)
+    for b, t, g, d in np.ndindex(B, L, Hkv, D):
+        assert wm.dense_offset(b, t, g, d, L, Hkv, D) == want[b, t, g, d]
+    # The two strides both kernels use.
+    assert wm.dense_offset(0, 1, 0, 0, L, Hkv, D) == Hkv * D
+    assert wm.dense_offset(1, 0, 0, 0, L, Hkv, D) == L * Hkv * D
+    # The 64-bit example of the chapter: sequence 1 of 4096 slots x 8 heads x 128 starts at 2^22,
+    # sequence 1024 at 2^32, beyond an int.
+    assert wm.dense_offset(1024, 0, 0, 0, 4096, 8, 128) == 2 ** 32
+
+
+def test_dense_kv_head_groups_consecutive_query_heads():
+    assert [wm.dense_kv_head(h, 32, 8) for h in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [wm.dense_kv_head(h, 4, 4) for h in range(4)] == [0, 1, 2, 3]
+    assert [wm.dense_kv_head(h, 4, 1) for h in range(4)] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("context_len", [0, 1, 3, 4, 11, 64])
+def test_dense_warps_share_the_tokens(context_len):
+    tokens = [t for w in range(wm.DENSE_WARPS) for t in wm.dense_warp_tokens(w, context_len)]
+    assert sorted(tokens) == list(range(context_len))  # each token once, none past the end
+    for w in range(wm.DENSE_WARPS):
+        assert all(t % wm.DENSE_WARPS == w for t in wm.dense_warp_tokens(w, context_len))
+
+
+@pytest.mark.parametrize("head_size", [64, 80, 96, 112, 128, 256])
+def test_dense_lanes_cover_the_head_once(head_size):
+    per_lane = wm.dense_per_lane(head_size)
+    dims = sorted(d for lane in range(32) for d in wm.dense_lane_dims(lane, head_size))
+    assert dims == list(range(head_size))
+    for lane in range(32):
+        assert wm.dense_lane_dims(lane, head_size) == [lane + 32 * i for i in range(per_lane)
+                                                       if lane + 32 * i < head_size]
+    if head_size == 80:  # the chapter's example: kPerLane 3, the last 16 lanes hold two
+        assert per_lane == 3
+        assert [len(wm.dense_lane_dims(lane, 80)) for lane in range(32)] == [3] * 16 + [2] * 16
