@@ -34,6 +34,7 @@ LIGHT = {BLUE: "#cfe3f2", ORANGE: "#fbe8c4", GREEN: "#c6eadf", PINK: "#f2dcea",
 SEQ_COLOURS = [BLUE, ORANGE, GREEN, PINK, SKY, RED, GREY]
 
 matplotlib.rcParams.update({
+    "figure.max_open_warning": 0,  # the tests draw every figure at once, on purpose
     "font.family": "DejaVu Sans",
     "font.size": 10.5,
     "axes.titlesize": 12,
