@@ -12,7 +12,7 @@ from pa_ref import BlockAllocator
 from pa_ref.hybrid import first_needed_block, visible_range
 
 import style as st
-from style import BLUE, GREY, GRID, INK, LIGHT, MUTED, ORANGE, RED
+from style import BLUE, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED
 
 
 def _blocks(n, bs):
@@ -116,3 +116,76 @@ def hybrid_window(window=6, block_size=4, chunks=(9, 3, 4, 4, 4), num_blocks=16)
             f". {last['free']} free.", fontsize=10, color=MUTED)
     return fig, {"rows": info, "window": window, "block_size": bs, "free": rows[-1]["free"],
                  "num_blocks": num_blocks, "pool": pool_cells, "reused": reused}
+
+
+def window_mask(window=16, seq_len=44, new=6, group=2, piece=16):
+    """A tile of query rows (new tokens x the G query heads of one KV head, row i * G + h)
+    over a sequence's keys: which keys each row sees with a sliding window (pa_ref.window.
+    first_key, causal on the right), the sink every row adds to its softmax's denominator,
+    and the 16-key pieces the kernel loads (those no row sees are never read)."""
+    from pa_ref.window import first_key
+
+    rows = [(i, h, seq_len - new + i) for i in range(new) for h in range(group)]
+    fig = st.figure(4.3)
+    ax = st.bare_axes(fig, [0.02, 0.02, 0.96, 0.96], (0, 100), (0, 46))
+    ax.text(1, 1.5, f"A tile of {len(rows)} rows ({new} new tokens × {group} heads) over {seq_len} keys, "
+            f"window {window}, with sinks", fontsize=10.5, fontweight="bold", va="center")
+    x_sink, x0, kw, rh, y0 = 15.0, 20.0, 1.75, 2.0, 7.0
+    ax.text(1, y0 - 1.6, "row", fontsize=9.6, color=MUTED, va="center")
+    ax.text(9.5, y0 - 1.6, "pos", fontsize=9.6, color=MUTED, va="center")
+    ax.text(x_sink + 1.4, y0 - 1.6, "sink", fontsize=9.6, ha="center", va="center", color=MUTED)
+    for k in range(0, seq_len, 4):
+        ax.text(x0 + (k + 0.5) * kw, y0 - 1.6, str(k), ha="center", va="center", fontsize=9.4, color=MUTED)
+    info = {"rows": [], "pieces": [], "window": window, "seq_len": seq_len, "new": new, "group": group}
+    for r, (i, h, pos) in enumerate(rows):
+        y = y0 + r * rh
+        ax.text(1, y + rh / 2, f"{r}: t{i} h{h}", fontsize=9.6, va="center")
+        ax.text(9.5, y + rh / 2, str(pos), fontsize=9.6, va="center")
+        p = st.cell(ax, x_sink, y, 2.8, rh, fc=PINK, ec="white", lw=0.8, gid="sink")
+        p.set_label(f"{r}:{h}")
+        ax.text(x_sink + 1.4, y + rh / 2, f"z{h}", ha="center", va="center", fontsize=9.4, color="white",
+                fontweight="bold")
+        lo = first_key(pos, window)
+        seen = []
+        for k in range(seq_len):
+            if lo <= k <= pos:
+                fc, gid = BLUE, "seen"
+                seen.append(k)
+            elif k < lo:
+                fc, gid = LIGHT[GREY], "left"
+            else:
+                fc, gid = "white", "future"
+            c = st.cell(ax, x0 + k * kw, y, kw, rh, fc=fc, ec="white" if gid != "future" else GRID, lw=0.5, gid=gid)
+            c.set_label(f"{r}:{k}")
+        info["rows"].append({"row": r, "token": i, "head": h, "pos": pos, "seen": seen})
+    # The pieces of 16 keys the loads move in: what the tile's rows see of each.
+    yp = y0 + len(rows) * rh + 0.8
+    union = {k for row in info["rows"] for k in row["seen"]}
+    for p0 in range(0, seq_len, piece):
+        p1 = min(p0 + piece, seq_len)
+        seen = [k for k in range(p0, p1) if k in union]
+        if not seen:
+            kind, fc, text = "unread", "white", "never loaded"
+        elif all(all(k in row["seen"] or k > row["pos"] for k in range(p0, p1)) for row in info["rows"]):
+            kind, fc, text = "causal", LIGHT[BLUE], "the causal edge"
+        else:
+            kind, fc, text = "cut", LIGHT[ORANGE], "cut by the window"
+        c = st.cell(ax, x0 + p0 * kw, yp, (p1 - p0) * kw, 2.4, fc=fc, ec=INK, lw=1.0,
+                    hatch="///" if kind == "unread" else None, gid=f"piece-{kind}")
+        c.set_label(f"{p0}:{p1}")
+        info["pieces"].append((p0, p1, kind))
+        ax.text(x0 + (p0 + p1) / 2 * kw, yp + 1.2, f"{p0}–{p1 - 1}: {text}", ha="center", va="center",
+                fontsize=9.4, bbox=dict(facecolor="white", edgecolor="none", pad=0.4) if kind == "unread" else None)
+        ax.plot([x0 + p0 * kw] * 2, [y0 - 0.5, yp + 2.4], color=INK, lw=0.9, zorder=5)
+    ax.text(x_sink - 0.6, yp + 1.2, "pieces", ha="right", va="center", fontsize=9.6, color=MUTED)
+    yt = yp + 5.2
+    texts = [f"Blue: the keys a row sees, [pos − {window - 1}, pos], its own included; grey: left of its window; "
+             "white: its",
+             "future. A token's rows (its heads) share a position, so the window's edge moves one key every "
+             f"{group} rows.",
+             "Pink: the row's head's sink z_h, one more logit in the softmax's denominator, with no value:",
+             "out = Σ e^(s_k − m) v_k / (e^(z_h − m) + Σ e^(s_k − m)). Split over chunks, it joins one of them."]
+    for j, t in enumerate(texts):
+        ax.text(1, yt + 2.2 * j, t, fontsize=9.6, va="center", color=MUTED)
+    info["ax"] = ax
+    return fig, info

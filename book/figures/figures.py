@@ -30,6 +30,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 import style as st  # noqa: E402
 import appendix_b  # noqa: E402  (Appendix B's figure)
 import ch01  # noqa: E402  (chapter 1's figures)
+import ch10  # noqa: E402  (chapter 10's kernel figures)
 import ch11  # noqa: E402  (chapter 11's figures)
 import ch12  # noqa: E402  (chapter 12's figure)
 from style import (BLUE, GREEN, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED,  # noqa: E402
@@ -1081,9 +1082,15 @@ FIGURES = {
     "mma-fragment": mma_fragment,
     "varlen-tiles": varlen_tiles,
     "varlen-plan": varlen_plan,
+    "varlen-ring": ch10.varlen_ring,  # book/figures/ch10.py
+    "varlen-p-registers": ch10.p_in_registers,
     "mla-cache": ch11.mla_cache,  # book/figures/ch11.py
     "mla-absorbed": ch11.mla_absorbed,
+    "mla-block-shapes": ch11.mla_block_shapes,
+    "mla-key-halves": ch11.mla_key_halves,
+    "mla-fp8-row": ch11.mla_fp8_row,
     "hybrid-window": ch12.hybrid_window,  # book/figures/ch12.py
+    "window-mask": ch12.window_mask,
     "stale-table": appendix_b.stale_table,  # book/figures/appendix_b.py
 }
 
