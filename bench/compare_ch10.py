@@ -8,14 +8,18 @@ flashinfer-baselines.csv (bench_flashinfer.py), and writes
   ch10-varlen.md       bench_ch10's decode-like and prefill tables (the same columns);
   ch10-vs-baselines.md per shape: chapter 10, chapter 9 and FlashInfer's best mode, each as
                        time and % of its own run's read ceiling, and chapter 10's speed-up;
+                       its first line names the GPU and the CSV files (one GPU a table: CSV
+                       files of two GPUs are refused, not mixed);
   ch10-prefill-vs-baselines.md  per prefill chunk and mixed step: chapter 10's TFLOP/s beside
                        dense flash SDPA's (the issue's reference: chapter 10 / SDPA), cuDNN
-                       SDPA's and FlashInfer's best, from FILE-flops.csv of both runs;
+                       SDPA's and FlashInfer's best, from FILE-flops.csv of both runs (the
+                       GPU and the files named first, as above);
   ch10-ladder.md       if RESULTS_DIR/ch10-ladder/vN-NAME.csv exist (one bench_ch10 run per
                        kernel version): chapter 10's % of the read ceiling (TFLOP/s for the
                        prefill chunks) per version, side by side;
   ch10-ladder-N.md     the same ladder cut into narrow tables, one per stage of the story
-                       (LADDER_GROUPS), each opening with the previous stage's last version;
+                       (LADDER_GROUPS), each opening with the previous stage's last version,
+                       and with a line naming the GPU its versions ran on;
   ch10-targets.md      the targets set before the kernel was written, beside this run's
                        results, met or missed (the header names the run's GPU);
   ch10-numbers.md      the few numbers the chapter's prose quotes, as mdBook anchors
@@ -73,6 +77,26 @@ def flashinfer_best(rows_, fp8):
             if shape not in best or float(x["us"]) < float(best[shape]["us"]):
                 best[shape] = x
     return best
+
+
+def one_gpu(runs):
+    """The one GPU that every run named in runs ({file name: its rows}) was measured on, from
+    the CSV files' device column. Two GPUs' runs are never put in one table: each has its
+    own read ceiling and its own speed, and a reader would compare them as if they were one
+    run. Refused, with the files and their GPUs."""
+    gpus = {name: {r["device"] for r in rows_} for name, rows_ in runs.items() if rows_}
+    every = set().union(*gpus.values()) if gpus else set()
+    if len(every) > 1:
+        sys.exit("compare_ch10.py: one table per GPU, but "
+                 + "; ".join(f"{name} ran on {' and '.join(sorted(g))}" for name, g in gpus.items())
+                 + ": rerun the baselines on the same GPU, or compare them in tables of their own")
+    return every.pop() if every else "an unknown GPU"
+
+
+def caption(runs, what):
+    """The line above a comparison table: its GPU and the files it comes from."""
+    files = ", ".join(f"`bench/results/{name}`" for name, rows_ in runs.items() if rows_)
+    return f"Measured on {one_gpu(runs)} ({files}); {what}."
 
 
 def comparison(decode, baselines):
@@ -160,6 +184,9 @@ def ladder_groups(files):
         # The prefill rows carry their unit in the case column, not in every cell.
         table = [line.replace(" TFLOP/s |", " |") for line in table]
         table = [re.sub(r"^\| (32/8 chunk [^|]*)\|", r"| \1(TFLOP/s) |", line) for line in table]
+        one_gpu({f"ch10-ladder/{f.name}": rows(f) for f in shown})  # refuses two GPUs in a table
+        table = [caption({"ch10-ladder/": [r for f in shown for r in rows(f)]},
+                         "one run of `bench_ch10` per version, each against its own read ceiling"), ""] + table
         tables.append(table)
         previous = group[-1]
     return tables
@@ -272,11 +299,15 @@ def main(argv):
     baselines = rows(fi_path) if fi_path.exists() else []
     note = ("" if baselines else "FlashInfer's baselines are missing (bench/bench_flashinfer.py "
             "did not run): its column is empty.\n\n")
-    (d / "ch10-vs-baselines.md").write_text(note + "\n".join(comparison(decode, baselines)) + "\n")
+    runs = {"ch10-varlen.csv": decode, "flashinfer-baselines.csv": baselines}
+    (d / "ch10-vs-baselines.md").write_text(
+        caption(runs, "each kernel against its own run's read ceiling") + "\n\n"
+        + note + "\n".join(comparison(decode, baselines)) + "\n")
     fi_flops = d / "flashinfer-baselines-flops.csv"
     baseline_flops = rows(fi_flops) if fi_flops.exists() else []
+    runs = {"ch10-varlen-flops.csv": flops, "flashinfer-baselines-flops.csv": baseline_flops}
     (d / "ch10-prefill-vs-baselines.md").write_text(
-        "TFLOP/s (causal FLOPs counted exactly); each kernel in its own run.\n\n"
+        caption(runs, "TFLOP/s (causal FLOPs counted exactly), each kernel in its own run") + "\n\n"
         + "\n".join(prefill_comparison(flops, baseline_flops)) + "\n")
     versions = sorted((p for p in (d / "ch10-ladder").glob("v*.csv") if not p.stem.endswith("-flops")),
                       key=lambda p: (version_key(p.stem), p.stem))  # v15 after v9, not after v1

@@ -145,14 +145,26 @@ def gpu_problems(page: str, line: int, para: str, heading: str, before: str, sou
     """A paragraph that quotes measured numbers from a results file says which GPU ran it:
     the file's GPU is named in the paragraph's prose (comments do not count) or in the
     heading of its section ("## The ladder, on the H100"); a table's, in the paragraph
-    that introduces it (`before`) too."""
-    if measured == 0:
-        return []
+    that introduces it (`before`) too. And a table draws on the files of one GPU only:
+    two GPUs' numbers make two tables."""
     prose = COMMENT.sub("", para)
-    if prose.lstrip().startswith("|"):
+    table = prose.lstrip().startswith("|")
+    out = []
+    if table:
+        # One table, one GPU: each GPU has its own read ceiling and speed, and a reader
+        # compares a table's rows as if they were one run.
+        known = {s: gpus_of(ROOT / s) for s in sources}
+        every = set().union(*known.values()) if known else set()
+        if len(every) > 1:
+            out.append(f"{page}:{line}: a table of numbers from "
+                       + ", ".join(f"{s} ({' and '.join(sorted(g))})" for s, g in known.items() if g)
+                       + f" mixes the {' and the '.join(sorted(every))}: make one table per GPU, "
+                       "each beside a sentence that names its GPU and its file")
+    if measured == 0:
+        return out
+    if table:
         prose += "\n" + COMMENT.sub("", before)
     said = set(GPU.findall(prose + "\n" + heading))
-    out = []
     for s in sources:
         g = gpus_of(ROOT / s)
         if g and not g & said:

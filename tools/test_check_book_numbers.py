@@ -107,3 +107,25 @@ def test_a_measured_number_names_the_gpu_of_its_file(monkeypatch):
     assert c.gpu_problems("p.md", 3, "59.1 µs <!-- H200 --> <!-- source: bench/results/x-h200.md -->",
                           "", "", src, 1) != []
     assert c.gpu_problems("p.md", 3, "See `bench/results/x-h200.md`.", "", "", src, 0) == []
+
+
+def test_a_table_of_two_gpus_files_fails(monkeypatch):
+    monkeypatch.setattr(c, "gpus_of", lambda path: {"H200"} if "h200" in str(path) else
+                        {"H100"} if "h100" in str(path) else set())
+    table = ("<!-- source: bench/results/x-h100.md, bench/results/y-h200.md -->\n"
+             "| case | ours (us) |\n|---|---:|\n| a | 59.1 |\n| b | 40.2 |")
+    src = ["bench/results/x-h100.md", "bench/results/y-h200.md"]
+    bad = c.gpu_problems("p.md", 7, table, "", "On the H100 and the H200:", src, 0)
+    assert bad == ["p.md:7: a table of numbers from bench/results/x-h100.md (H100), "
+                   "bench/results/y-h200.md (H200) mixes the H100 and the H200: make one table "
+                   "per GPU, each beside a sentence that names its GPU and its file"]
+    # Two tables, one file each, each introduced by its GPU: no problem.
+    for s, gpu in (("bench/results/x-h100.md", "H100"), ("bench/results/y-h200.md", "H200")):
+        one = f"<!-- source: {s} -->\n| case | ours |\n|---|---:|\n| a | 1.04x |"
+        assert c.gpu_problems("p.md", 7, one, "", f"On the {gpu}:", [s], 1) == []
+    # Prose may set the two GPUs side by side; only a table may not mix them.
+    prose = "59.1 µs on the H100 and 40.2 µs on the H200 (`bench/results/x-h100.md`, `bench/results/y-h200.md`)"
+    assert c.gpu_problems("p.md", 7, prose, "", "", src, 2) == []
+    # A file of unknown GPU (NOTES.md) beside one GPU's file is not a mix.
+    assert c.gpu_problems("p.md", 7, table.replace("x-h100", "notes"), "", "On the H200:",
+                          ["NOTES.md", "bench/results/y-h200.md"], 0) == []

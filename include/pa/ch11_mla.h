@@ -193,7 +193,7 @@ ch10::VarlenShape planning_shape(const MlaShape& s);
 // registers, one 16-row mma tile a row group (on the H200 0.90x the 8-warp block's time at
 // 32 rows on a 16-bit pool, 0.93-0.95x the 4-warp block's on an fp8 one); 8 warps with 64-key
 // stages otherwise. four_warps (32-key stages, two blocks an SM: the fp8 pool's 32-row tiles
-// until session 45) and the others: for tests; a batch with a larger tile than a block takes
+// until 2026-11-28) and the others: for tests; a batch with a larger tile than a block takes
 // throws ("sequence 1's tiles have 64 rows: the 4-warp thread block takes at most 32").
 enum class MlaBlock {
   automatic,

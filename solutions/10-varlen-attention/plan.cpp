@@ -17,7 +17,7 @@ namespace pa::ch10 {
 // the tensor-core work grows with the rows once the tile has more than one warp's worth.
 // The fixed part is the item's start: loading its queries, filling the pipeline, a chain of
 // dependent loads worth about 192 tokens of streaming on the H100 (64 priced it too low:
-// NOTES.md, session 23). A warp item's start costs a quarter of that: a block's four warps
+// NOTES.md, 2026-11-25). A warp item's start costs a quarter of that: a block's four warps
 // start theirs side by side.
 constexpr double kItemStart = 192.0;
 double item_cost(int kv_tokens, int rows, bool by_warp) {

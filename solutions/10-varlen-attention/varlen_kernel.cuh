@@ -98,7 +98,7 @@ inline constexpr int kWarpStatesBytes = 4 * (kWarps * 16 * kStateStride<D> + 2 *
 // A tile of at most kSplitTokenRows rows splits its tokens among the warps. 16: an MQA
 // decode's 32 rows run on two warps that each attend every token (the other two own no
 // rows: kShortTiles), about 6% faster on the H200 than 32, where they went to pairs of
-// warps sharing the tokens (NOTES.md, session 50).
+// warps sharing the tokens (NOTES.md, 2026-11-29).
 constexpr int kSplitTokenRows = 16;
 
 // One work item (see WorkItem). Every thread of the block calls it with the same item.
@@ -478,7 +478,7 @@ __device__ void attend_item(const VarlenArgs<T, C>& a, const WorkItem& w, unsign
       if (split_tokens) {
         // One group of rows: half `warp` of the stage. Pairs of a 4-half stage: halves
         // 2 (warp / 2) and the next, in one call, so that the two halves' mma chains
-        // interleave (the ragged MQA case 4% faster than two calls: NOTES.md, session 40);
+        // interleave (the ragged MQA case 4% faster than two calls: NOTES.md, 2026-11-27);
         // of a 2-half stage (16-bit D 256), half warp / 2.
         constexpr bool kTwo = L::kHalves == 4;
         const int h0 = pairs ? (kTwo ? 2 * (warp / 2) : warp / 2) : warp;
