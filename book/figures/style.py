@@ -78,6 +78,38 @@ def check_legible(fig):
         raise ValueError(f"text below {MIN_PX} px at the column's width (< {limit:.2f} pt): {small[:5]}")
 
 
+def drawn_texts(fig):
+    """The texts of fig that are drawn: visible, not empty, and not the label of a tick that
+    its axes do not show (an axes turned off, or a tick outside its view limits)."""
+    hidden = set()
+    for ax in fig.axes:
+        for axis, (lo, hi) in ((ax.xaxis, sorted(ax.get_xlim())), (ax.yaxis, sorted(ax.get_ylim()))):
+            slack = 1e-9 * (abs(lo) + abs(hi) + 1)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not ax.axison or not lo - slack <= tick.get_loc() <= hi + slack:
+                    hidden.update((id(tick.label1), id(tick.label2)))
+    return [t for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
+
+
+def check_placement(fig, slack_px=1.0):
+    """Raise if a drawn text runs past the figure's edge (it would be cut off) or overlaps
+    another drawn text (a collision). Draws the figure once."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    boxes = [(t.get_window_extent(renderer), t.get_text()) for t in drawn_texts(fig)]
+    outside = [text for box, text in boxes if box.x0 < -slack_px or box.y0 < -slack_px
+               or box.x1 > width + slack_px or box.y1 > height + slack_px]
+    if outside:
+        raise ValueError(f"text past the figure's edge, cut off: {outside[:5]}")
+    for i, (a, text_a) in enumerate(boxes):
+        for b, text_b in boxes[i + 1:]:
+            if (min(a.x1, b.x1) - max(a.x0, b.x0) > slack_px
+                    and min(a.y1, b.y1) - max(a.y0, b.y0) > slack_px):
+                raise ValueError(f"two texts overlap: {text_a!r} and {text_b!r}")
+
+
 def save(fig, path):
     check_legible(fig)
     fig.savefig(path, format=path.rsplit(".", 1)[-1], transparent=True, metadata={"Date": None}

@@ -35,7 +35,28 @@ def drawn():
 def test_every_figure_is_legible_and_wide_enough(drawn):
     for name, (fig, _) in drawn.items():
         style.check_legible(fig)  # raises below 12 px at the column's width
+        style.check_placement(fig)  # raises on text cut off at the edge, or on two texts that collide
         assert 7.5 <= fig.get_figwidth() <= 8.0, name
+
+
+def test_the_placement_check_sees_cut_off_and_colliding_text():
+    fig = style.figure(2.0)
+    fig.text(0.5, 0.5, "alone")
+    style.check_placement(fig)
+    fig.text(0.93, 0.2, "runs past the right edge")
+    with pytest.raises(ValueError, match="cut off"):
+        style.check_placement(fig)
+    style.plt.close(fig)
+    fig = style.figure(2.0)
+    ax = fig.add_axes([0.1, 0.2, 0.8, 0.6])
+    ax.set_xlim(0, 10)
+    ax.set_xticks([-5, 0, 10, 15])  # the ticks outside the view are not drawn: no false alarm
+    style.check_placement(fig)
+    fig.text(0.5, 0.5, "one label")
+    fig.text(0.52, 0.5, "another label")
+    with pytest.raises(ValueError, match="overlap"):
+        style.check_placement(fig)
+    style.plt.close(fig)
 
 
 def test_all_figures_draw_in_a_few_seconds(tmp_path):
