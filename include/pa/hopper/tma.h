@@ -69,13 +69,15 @@ struct TensorMapSpec {
 
 // The tensor map as a kernel parameter: on the GPU the driver's 128-byte object, on the
 // emulator the description the emulator reads.
-struct alignas(64) TensorMap {
 #if defined(PA_BACKEND_CPU)
+struct alignas(64) TensorMap {
   ::emu::hopper::TensorMapDesc desc;
-#else
-  CUtensorMap map;
-#endif
 };
+#else
+struct TensorMap {
+  CUtensorMap map;  // 64-byte aligned (or more) by its own declaration
+};
+#endif
 
 #if defined(PA_BACKEND_CPU)
 namespace detail {
