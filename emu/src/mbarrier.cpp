@@ -168,8 +168,10 @@ std::string Hopper::describe_stuck() const {
              "GPU, a hang). A thread that leaves early drops out with mbarrier_arrive_drop.\n";
     }
     // A first wait that no arrival can ever complete: the producer's parity.
+    bool any_arrived = false;
+    for (unsigned char a : m.arrived) any_arrived |= a != 0;
     for (int w : waiters)
-      if (m.phase == 0 && ts[w].parity == 0 && !(w < int(m.arrived.size()) && m.arrived[w])) {
+      if (m.phase == 0 && !any_arrived && ts[w].parity == 0) {
         out += "    thread " + std::to_string(w) +
                " waits with parity 0, for phase 0 of this barrier to complete. If it is a "
                "producer waiting for an empty stage that no consumer has released yet, its "
