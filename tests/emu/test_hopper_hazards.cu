@@ -254,7 +254,7 @@ TEST(HopperHazards, AReadOfATmaDestinationBeforeItsPhaseIsCaught) {
 }
 
 // ---- A TMA store's source written again before its wait_group.read. -----------------------
-constexpr int kReuseLine = __LINE__ + 15;
+constexpr int kReuseLine = __LINE__ + 11;
 __global__ void store_reuse_kernel(const __grid_constant__ pa::TensorMap map, bool wait_first) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   float* tile = reinterpret_cast<float*>(smem);
@@ -330,10 +330,10 @@ TEST(HopperHazards, AStoreOfUnfencedWritesIsNamedInCheckedMode) {
   });
 #if defined(PA_EMU_CHECK)
   EXPECT_TRUE(contains_text(msg, "emulator TMA check: tma_store at tests/emu/" +
-                                     file_line(kUnfencedWriteLine + 5) +
-                                     " reads shared memory that thread (0,0,0) wrote with an "
-                                     "ordinary store, and that thread has not called "
-                                     "fence_proxy_async since"));
+                                     file_line(kUnfencedWriteLine + 4) +
+                                     " reads shared memory that thread ("));
+  EXPECT_TRUE(contains_text(msg, ") wrote with an ordinary store, and that thread has not "
+                                 "called fence_proxy_async since"));
   EXPECT_TRUE(contains_text(msg, file_line(kUnfencedWriteLine)));
 #else
   // Not visible in plain mode: the emulator's two proxies are one memory.
