@@ -198,9 +198,10 @@ def nvcc_files(root=ROOT):
     files = []
     for pattern in ("solutions/*/*.cu", "chapters/*/*.cu"):
         files += sorted(root.glob(pattern))
-    sem = root / "tests/emu/test_semantics.cu"
-    if sem.is_file():
-        files.append(sem)
+    for name in ("test_semantics.cu", "test_hopper_semantics.cu"):
+        sem = root / "tests/emu" / name
+        if sem.is_file():
+            files.append(sem)
     return [f.relative_to(root).as_posix() for f in files]
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make nvcc-check: every solution and skeleton .cu must compile with nvcc for sm_90
+# make nvcc-check: every solution and skeleton .cu must compile with nvcc for sm_90 (Hopper
+# files for sm_90a)
 # (CI has nvcc but no GPU; this proves the kernels are real CUDA, not just emulator C++).
 set -uo pipefail
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
@@ -20,9 +21,18 @@ for d in solutions/*/; do deps+=("-I$d"); done
 # CMAKE_CUDA_COMPILER_LAUNCHER (.ci/run sets it to ccache, which knows nvcc): a compile whose
 # source, headers and flags are unchanged since an earlier run is served from the cache.
 read -r -a launcher <<< "${CMAKE_CUDA_COMPILER_LAUNCHER:-}"
+# Hopper files (their wgmma and setmaxnreg exist only on the sm_90a target) compile for
+# sm_90a, written in the -gencode form (HOPPER.md: the -arch=sm_90a shorthand of some nvcc
+# versions also runs a plain sm_90 pass, which rejects them); the others for sm_90.
+arch_of() {
+    case "$1" in
+        *hopper*|*/13-*) echo "-gencode=arch=compute_90a,code=sm_90a" ;;
+        *) echo "-arch=sm_90" ;;
+    esac
+}
 check_one() {  # check_one FILE RESULT_DIR INDEX
     local f=$1 res=$2/$3
-    if ${launcher[@]+"${launcher[@]}"} "$nvcc" -std=c++17 -arch=sm_90 -Xcicc -O0 -Xptxas -O0 -Iinclude "${deps[@]}" -c "$f" \
+    if ${launcher[@]+"${launcher[@]}"} "$nvcc" -std=c++17 $(arch_of "$f") -Xcicc -O0 -Xptxas -O0 -Iinclude "${deps[@]}" -c "$f" \
         -o "$res.o" 2> "$res.err"; then
         echo "  ok    $f" > "$res.txt"
     else
@@ -37,7 +47,7 @@ files=()
 if [ "$#" -gt 0 ]; then
     [ "$1" = --none ] || files=("$@")
 else
-    for f in solutions/*/*.cu chapters/*/*.cu tests/emu/test_semantics.cu; do
+    for f in solutions/*/*.cu chapters/*/*.cu tests/emu/test_semantics.cu tests/emu/test_hopper_semantics.cu; do
         [ -e "$f" ] && files+=("$f")
     done
 fi

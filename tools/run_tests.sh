@@ -269,6 +269,7 @@ if [ "$backend" = cpu ]; then
     step "emulator tests, schedule forward" env PA_EMU_SCHEDULE=forward "$build/tests/emu/test_emu"
 else
     step "emulator semantics tests on the GPU" "$build/tests/emu/test_emu"
+    step "Hopper semantics tests on the GPU (sm_90a; they skip on older GPUs)" "$build/tests/emu/test_emu_hopper"
 fi
 # make test runs them one after another, in chapter order, as a student reads them. make ci
 # runs the same ones two at a time, the longest first: a test run keeps about 1.4 of the two

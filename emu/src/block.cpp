@@ -183,6 +183,16 @@ void Block::yield() {
   if (!error_.empty()) throw AbortBlock{};  // resumed only to unwind
 }
 
+void Block::park(Wait wait, const char* what, const char* file, int line) {
+  race::Quiet quiet;
+  Thread& t = threads_[current_];
+  t.wait = wait;
+  t.what = what;
+  t.file = file;
+  t.line = line;
+  yield();
+}
+
 void Block::let_others_run() {
   race::Quiet quiet;
   yield();
@@ -217,6 +227,7 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
     warps_[w].existing = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
   }
   live_ = n;
+  hopper_.begin_block(this);
   barrier_accum_ = barrier_result_ = 0;
   atomics_ = 0;
   interval_ = 0;
@@ -252,10 +263,12 @@ std::string Block::run(const std::function<void()>& body, uint3 block_idx, dim3 
         }
       }
     }
-    if (!ran && live_ > 0 && error_.empty() && fault_thread_ < 0 && !release_block_barrier()) {
+    if (!ran && live_ > 0 && error_.empty() && fault_thread_ < 0 && !release_block_barrier() &&
+        !(hopper_.used && error_.empty() && hopper_.unstick()) && error_.empty()) {
       error_ = "deadlock in block (" + std::to_string(block_idx.x) + "," +
                std::to_string(block_idx.y) + "," + std::to_string(block_idx.z) +
-               "): no thread can move.\n" + describe_waiters();
+               "): no thread can move.\n" + describe_waiters() +
+               (hopper_.used ? hopper_.describe_stuck() : std::string());
     }
   }
   if (fault_thread_ >= 0) {
@@ -289,10 +302,17 @@ std::string Block::describe_waiters() const {
     if (t.wait == Wait::Warp)
       groups[std::string(t.what) + " at " + t.file + ":" + std::to_string(t.line)]
           .push_back(static_cast<int>(i));
+    if (t.wait == Wait::Mbarrier)
+      groups[std::string(t.what) + " (parity " + std::to_string(t.parity) +
+             ") on the mbarrier at shared " + hex_address(t.mbar) + " at " +
+             place(Site{t.file, t.line})]
+          .push_back(static_cast<int>(i));
+    if (t.wait == Wait::Named)
+      groups[std::string(t.what) + " at " + place(Site{t.file, t.line})].push_back(static_cast<int>(i));
   }
   std::ostringstream os;
-  for (const auto& [place, ids] : groups)
-    os << "  threads " << ranges(ids) << " wait in " << place << "\n";
+  for (const auto& [where, ids] : groups)
+    os << "  threads " << ranges(ids) << " wait in " << where << "\n";
   for (size_t w = 0; w < warps_.size(); ++w)
     for (const WarpGroup& g : warps_[w].pending)
       os << "  warp " << w << ": " << g.what << " at " << g.file << ":" << g.line
@@ -346,6 +366,7 @@ void Block::thread_exited(int i) {
   Thread& t = threads_[i];
   t.wait = Wait::Done;
   --live_;
+  if (hopper_.used) hopper_.thread_exited(i);
   Warp& w = warps_[i / 32];
   const unsigned bit = 1u << (i % 32);
   w.exited |= bit;

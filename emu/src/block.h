@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "async_copy.h"
+#include "hopper.h"
 #include "emu/cuda_emu.h"
 
 namespace emu {
@@ -22,7 +23,7 @@ struct Schedule {
 // Parses "forward", "reverse", "random[:SEED]" or "greedy"; returns false if it can't.
 bool parse_schedule(const char* text, Schedule* out);
 
-enum class Wait { None, Block, Warp, Done };
+enum class Wait { None, Block, Warp, Mbarrier, Named, Done };
 
 struct Thread {  // one CUDA thread is one fiber
   boost::context::fiber fiber;
@@ -39,6 +40,14 @@ struct Thread {  // one CUDA thread is one fiber
   AsyncCopies copies;      // its cp.async copies in flight
   int atomics_at_fence = 0;  // checked mode: the block's atomics when it last fenced
   unsigned char turn = 0;    // emu::detail::next_turn()'s next answer
+  // Hopper (hopper.h): the mbarrier it waits on (shared address) and the parity; blocking:
+  // the wait loop (else try_wait, which may time out); timed_out: its try_wait gave up.
+  uint32_t mbar = 0;
+  unsigned parity = 0;
+  bool blocking = false;
+  bool timed_out = false;
+  unsigned named = 0;  // the named barrier it waits at
+  unsigned proxy_fences = 0;  // its fence.proxy.async calls so far (checked mode's bookkeeping)
 };
 
 struct WarpGroup {  // lanes that met (or are meeting) at one warp-level primitive
@@ -90,6 +99,14 @@ class Block {
   void let_others_run();
   // The block fails with `message`, said of the running thread ("block (..), thread (..): ").
   [[noreturn]] void fail_here(const std::string& message) { fail(where() + ": " + message); }
+  // Hopper (hopper.h): the block's state, its threads, and a wait of the running thread
+  // until another thread sets its wait back to Wait::None.
+  Hopper& hopper() { return hopper_; }
+  std::vector<Thread>& threads() { return threads_; }
+  const std::vector<Thread>& threads() const { return threads_; }
+  unsigned fences_of(int thread) const { return threads_[thread].proxy_fences; }
+  void park(Wait wait, const char* what, const char* file, int line);
+  uint3 block_idx() const { return block_idx_; }
   // "block (x,y,z), thread (x,y,z)" of the thread running now, for diagnoses.
   std::string where() const;
   std::string where(int thread) const;
@@ -116,6 +133,7 @@ class Block {
 
   std::vector<Thread> threads_;
   std::vector<Warp> warps_;
+  Hopper hopper_;
   boost::context::fiber scheduler_;  // the way back to run(), held while a fiber runs
   int current_ = -1;
   int live_ = 0;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -39,12 +40,26 @@ struct Region {  // shared memory of the block running on this worker, with its 
   // thread + 1 whose copy into it is in flight, or 0. Sized at the block's first copy.
   std::vector<uint16_t> flight;
   int flying = 0;
-  void reset(uintptr_t l, uintptr_t h) {
+  // Dynamic shared memory only: per 16-byte chunk, the thread (+ 1) that last wrote it with
+  // an ordinary store, its fence.proxy.async count then, and the store's code address, so
+  // that a bulk store (the async proxy) reading it can tell whether the writer fenced.
+  bool track_writers = false;
+  std::vector<uint16_t> writer;
+  std::vector<uint32_t> writer_fences;
+  std::vector<void*> writer_pc;
+  void reset(uintptr_t l, uintptr_t h, bool writers = false) {
     lo = l;
     hi = h;
     written.assign(h - l, 0);
     flight.clear();
     flying = 0;
+    track_writers = writers;
+    if (writers) {
+      const size_t chunks = ((h + 15) >> 4) - (l >> 4);
+      writer.assign(chunks, 0);
+      writer_fences.assign(chunks, 0);
+      writer_pc.assign(chunks, nullptr);
+    }
   }
   void mark(uintptr_t a, size_t n) {
     if (a >= lo && a < hi) std::memset(&written[a - lo], 1, std::min<size_t>(n, hi - a));
@@ -62,6 +77,12 @@ struct Region {  // shared memory of the block running on this worker, with its 
 thread_local bool tl_active = false;  // a block runs on this worker
 thread_local Region tl_static;        // the worker's TLS: where static __shared__ lives
 thread_local Region tl_dynamic;
+// Checked mode's dynamic shared memory is 1,024-byte aligned, so its guard page may start a
+// little after its end: an access in between faults here, as it would on the guard page.
+thread_local uintptr_t tl_slack_end = 0;
+[[noreturn]] void fault_in_slack(void* pc, uintptr_t a) {
+  emu::current_block()->abandon_after_fault(SIGSEGV, a, static_cast<char*>(pc) - 1);
+}
 
 // A piece of shared memory with a name: an array a kernel named with PA_SHARED_REGION
 // (its elements and shape known), or a static __shared__ array found in the program's
@@ -124,7 +145,10 @@ void load_tls_symbols() {
             [](const TlsSymbol& a, const TlsSymbol& b) { return a.offset < b.offset; });
 }
 
-enum class Kind { Unwritten, InFlight };
+enum class Kind { Unwritten, InFlight, AsyncRead, AsyncWrite };
+// Hopper's bulk copies of the block running on this worker (flight values 0x8000 | index).
+constexpr uint16_t kAsyncFlag = 0x8000;
+thread_local std::vector<AsyncCopy> tl_async;
 
 struct Finding {
   Kind kind;
@@ -144,6 +168,9 @@ struct Finding {
   bool issuer_is_reader = false;
   emu::CopyWait wait{};
   int committed = 0;
+  // Kind::AsyncRead / AsyncWrite: the bulk copy whose bytes were read too early (a load's
+  // destination) or written too early (a store's source).
+  AsyncCopy async{};
 };
 // Filled from kernel fibers without locks: a mutex would order the fibers for TSan and
 // hide races. take_report() keeps the first finding of each source line.
@@ -232,12 +259,39 @@ void found_in_flight(void* pc, uintptr_t a, size_t n, bool dynamic, const Region
   g_findings[k] = f;
 }
 
+// A read of a bulk load's destination before its phase completed, or a write of a bulk
+// store's source before its wait_group.read: the first such chunk of [a, a + n).
+bool found_async(void* pc, uintptr_t a, size_t n, const Region& r, bool write) {
+  const uintptr_t end = std::min<uintptr_t>(a + n, r.hi);
+  for (uintptr_t c = a; c < end; c = (c | 15) + 1) {
+    const uint16_t v = r.flight[r.chunk(c)];
+    if (!(v & kAsyncFlag) || (v & ~kAsyncFlag) >= tl_async.size()) continue;
+    const AsyncCopy& copy = tl_async[v & ~kAsyncFlag];
+    const bool store = copy.kind == AsyncKind::TensorStore || copy.kind == AsyncKind::BulkStore;
+    if (store != write) continue;
+    const int k = g_count.fetch_add(1, std::memory_order_relaxed);
+    if (k >= kMaxFindings) return true;
+    Finding f{write ? Kind::AsyncWrite : Kind::AsyncRead, pc, a, n, true, a - r.lo, blockIdx,
+              threadIdx};
+    f.span = span_of(a, r, true);
+    f.async = copy;
+    g_findings[k] = f;
+    return true;
+  }
+  return false;
+}
+
 inline void on_read(void* pc, const void* p, size_t n) {
   if (!tl_active) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a + n > tl_dynamic.hi && a < tl_slack_end && emu::current_block()->in_kernel_thread())
+    fault_in_slack(pc, std::max(a, tl_dynamic.hi));
   for (Region* r : {&tl_dynamic, &tl_static}) {
     if (a < r->lo || a >= r->hi) continue;
-    if (const int t = r->in_flight(a, n)) return found_in_flight(pc, a, n, r == &tl_dynamic, *r, t - 1);
+    if (const int t = r->in_flight(a, n)) {
+      if (!(t & kAsyncFlag)) return found_in_flight(pc, a, n, r == &tl_dynamic, *r, t - 1);
+      if (found_async(pc, a, n, *r, false)) return;
+    }
     const size_t len = std::min<size_t>(n, r->hi - a);
     for (size_t i = 0; i < len; ++i)
       if (!r->written[a - r->lo + i]) return found(pc, a, n, r == &tl_dynamic, *r);
@@ -245,11 +299,29 @@ inline void on_read(void* pc, const void* p, size_t n) {
   }
 }
 
-inline void on_write(const void* p, size_t n) {
+inline void on_write(void* pc, const void* p, size_t n) {
   if (!tl_active) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a + n > tl_dynamic.hi && a < tl_slack_end && emu::current_block()->in_kernel_thread())
+    fault_in_slack(pc, std::max(a, tl_dynamic.hi));
   tl_dynamic.mark(a, n);
   tl_static.mark(a, n);
+  Region& r = tl_dynamic;
+  if (a < r.lo || a >= r.hi) return;
+  if (r.flying && r.in_flight(a, n) & kAsyncFlag) found_async(pc, a, n, r, true);
+  if (r.track_writers) {
+    const emu::Block* b = emu::current_block();
+    if (!b || b->thread_index() < 0) return;
+    const int t = b->thread_index();
+    const unsigned fences = b->fences_of(t);
+    const uintptr_t end = std::min<uintptr_t>(a + n, r.hi);
+    for (uintptr_t c = a; c < end; c = (c | 15) + 1) {
+      const size_t i = r.chunk(c);
+      r.writer[i] = uint16_t(t + 1);
+      r.writer_fences[i] = fences;
+      r.writer_pc[i] = pc;
+    }
+  }
 }
 
 template <typename F>
@@ -259,7 +331,7 @@ F real(const char* name) {
 
 }  // namespace
 
-void begin_block(void* dynamic_shared, size_t bytes) {
+void begin_block(void* dynamic_shared, size_t bytes, size_t slack) {
   thread_local uintptr_t lo = 0, hi = 0;  // this worker's TLS does not move: look once
   if (!hi) {
     program_tls(&lo, &hi);
@@ -276,7 +348,9 @@ void begin_block(void* dynamic_shared, size_t bytes) {
                         static_cast<const void*>(&blockDim), static_cast<const void*>(&gridDim)})
     tl_static.mark(reinterpret_cast<uintptr_t>(v), sizeof(dim3));
   const uintptr_t d = reinterpret_cast<uintptr_t>(dynamic_shared);
-  tl_dynamic.reset(d, d + bytes);
+  tl_dynamic.reset(d, d + bytes, true);
+  tl_async.clear();
+  tl_slack_end = d + bytes + slack;
   tl_active = true;
 }
 
@@ -397,6 +471,52 @@ std::string in_flight_report(const Finding& f, const std::string& what, const st
   return out;
 }
 
+const std::string async_read_tag = "async read|";
+const std::string async_write_tag = "async write|";
+
+const char* async_name(AsyncKind k) {
+  switch (k) {
+    case AsyncKind::TensorLoad: return "tma_load (cp.async.bulk.tensor, global to shared)";
+    case AsyncKind::BulkLoad: return "bulk_load (cp.async.bulk, global to shared)";
+    case AsyncKind::TensorStore: return "tma_store (cp.async.bulk.tensor, shared to global)";
+    case AsyncKind::BulkStore: return "bulk_store (cp.async.bulk, shared to global)";
+  }
+  return "";
+}
+
+// A read of a bulk load's destination before the barrier phase its bytes complete on, or a
+// write of a bulk store's source before the wait_group.read that covers it.
+std::string async_report(const Finding& f, const std::string& what, const std::string& kernel,
+                         const std::string& line, const char* who) {
+  const AsyncCopy& c = f.async;
+  const bool write = f.kind == Kind::AsyncWrite;
+  std::string out = "emulator TMA check: " + std::string(write ? "write" : "read") + " of " +
+                    std::to_string(f.bytes) + " bytes of dynamic shared memory " +
+                    (write ? "that a bulk store has not read yet: "
+                           : "before the mbarrier phase that its copy completes on: ") +
+                    what + (f.span.name ? " (byte " + std::to_string(f.offset) + ")" : "") +
+                    "\n  in kernel " + kernel + "\n" + line + "\n  by " + who + "\n";
+  out += "  The copy: " + std::string(async_name(c.kind)) + " issued at " +
+         place(c.file, c.line) + " by thread " + std::to_string(c.thread);
+  if (write) {
+    out += ", in its bulk group " + std::to_string(c.group) +
+           ".\n  A bulk store may read its source until the issuing thread's "
+           "bulk_wait_group_read<N> covers that group; write the source again only after it "
+           "(and a barrier, if another thread writes it).\n";
+  } else {
+    char bar[16];
+    std::snprintf(bar, sizeof bar, "0x%04x", c.barrier);
+    out += ", completing its bytes on the mbarrier at shared " + std::string(bar) +
+           " (initialised at " + place(c.init_file, c.init_line) + ") in its phase " +
+           std::to_string(c.phase) + " (parity " + std::to_string(c.phase & 1) +
+           ").\n  Its bytes are in shared memory only once that phase completes: wait for it "
+           "first (mbarrier_wait_parity(bar, " + std::to_string(c.phase & 1) +
+           ")). Until then the destination holds garbage (here 0xFF bytes, NaN in every "
+           "float type).\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 void name_region(const char* name, const void* p, size_t bytes, size_t elem, const size_t* dims,
@@ -440,6 +560,56 @@ void copy_landed(const void* dst) {
   }
 }
 
+void async_started(const void* dst, size_t bytes, const AsyncCopy& copy) {
+  if (!tl_active || tl_async.size() >= kAsyncFlag - 1) return;
+  Region& r = tl_dynamic;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  if (a < r.lo || a >= r.hi) return;
+  if (r.flight.empty()) r.flight.assign(r.chunk(r.hi - 1) + 1, 0);
+  const uint16_t v = uint16_t(kAsyncFlag | tl_async.size());
+  tl_async.push_back(copy);
+  const uintptr_t end = std::min<uintptr_t>(a + bytes, r.hi);
+  for (uintptr_t c = a; c < end; c += 16) {
+    uint16_t& slot = r.flight[r.chunk(c)];
+    if (!slot) ++r.flying;
+    slot = v;
+  }
+}
+
+void async_landed(const void* dst, size_t bytes) {
+  if (!tl_active) return;
+  Region& r = tl_dynamic;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  if (a < r.lo || a >= r.hi) return;
+  r.mark(a, bytes);  // what a load brings is written (a store's source already was)
+  if (r.flight.empty()) return;
+  const uintptr_t end = std::min<uintptr_t>(a + bytes, r.hi);
+  for (uintptr_t c = a; c < end; c += 16) {
+    uint16_t& slot = r.flight[r.chunk(c)];
+    if (slot & kAsyncFlag) {
+      --r.flying;
+      slot = 0;
+    }
+  }
+}
+
+bool unfenced_write(const void* src, size_t bytes, const unsigned* fences, int* thread, void** pc) {
+  Region& r = tl_dynamic;
+  if (!tl_active || !r.track_writers) return false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  if (a < r.lo || a >= r.hi) return false;
+  const uintptr_t end = std::min<uintptr_t>(a + bytes, r.hi);
+  for (uintptr_t c = a; c < end; c = (c | 15) + 1) {
+    const size_t i = r.chunk(c);
+    if (r.writer[i] && r.writer_fences[i] == fences[r.writer[i] - 1]) {
+      *thread = r.writer[i] - 1;
+      *pc = r.writer_pc[i];
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string take_report(const void* kernel_address) {
   // Called after the launch, when the workers are idle. One report per source line, with
   // the count of the others like it.
@@ -452,6 +622,8 @@ std::string take_report(const void* kernel_address) {
   for (int i = 0; i < count; ++i) {
     std::string line = lines[i].empty() ? "  at (unknown line)" : lines[i];
     if (g_findings[i].kind == Kind::InFlight) line = in_flight_tag + line;
+    if (g_findings[i].kind == Kind::AsyncRead) line = async_read_tag + line;
+    if (g_findings[i].kind == Kind::AsyncWrite) line = async_write_tag + line;
     if (more.count(line)) ++more[line];
     else more[line] = 0, findings.emplace_back(g_findings[i], line);
   }
@@ -462,11 +634,15 @@ std::string take_report(const void* kernel_address) {
     std::string line = findings[i].second;
     const bool in_flight = line.rfind(in_flight_tag, 0) == 0;
     if (in_flight) line.erase(0, in_flight_tag.size());
+    const bool async = f.kind == Kind::AsyncRead || f.kind == Kind::AsyncWrite;
+    if (async) line.erase(0, (f.kind == Kind::AsyncRead ? async_read_tag : async_write_tag).size());
     char who[160];
     std::snprintf(who, sizeof who, "block (%u,%u,%u), thread (%u,%u,%u)", f.block.x, f.block.y,
                   f.block.z, f.thread.x, f.thread.y, f.thread.z);
     const std::string what = where_in(f.span, f.address, f.bytes);
-    if (in_flight) {
+    if (async) {
+      out += async_report(f, what, kernel, line, who);
+    } else if (in_flight) {
       out += in_flight_report(f, what, kernel, line, who);
     } else {
     out += "emulator initcheck: read of " + std::to_string(f.bytes) + " bytes of " +
@@ -536,7 +712,7 @@ const Next& next() {  // a function-local static: instrumented start-up code may
     return next().read[n](p);                                       \
   }                                                                      \
   extern "C" void __tsan_write##n(void* p) {                             \
-    emu::initcheck::on_write(p, n);                                      \
+    emu::initcheck::on_write(__builtin_return_address(0), p, n);         \
     return next().write[n](p);                                      \
   }
 PA_WRAP_ACCESS(1)
@@ -551,19 +727,22 @@ extern "C" void __tsan_read_range(void* p, unsigned long n) {
   return next().read_range(p, n);
 }
 extern "C" void __tsan_write_range(void* p, unsigned long n) {
-  emu::initcheck::on_write(p, n);
+  emu::initcheck::on_write(__builtin_return_address(0), p, n);
   return next().write_range(p, n);
 }
 
 #else  // plain build: nothing to check
 
 namespace emu::initcheck {
-void begin_block(void*, size_t) {}
+void begin_block(void*, size_t, size_t) {}
 void end_block() {}
 std::string take_report(const void*) { return ""; }
 void name_region(const char*, const void*, size_t, size_t, const size_t*, int) {}
 void copy_started(const void*, int) {}
 void copy_landed(const void*) {}
+void async_started(const void*, size_t, const AsyncCopy&) {}
+void async_landed(const void*, size_t) {}
+bool unfenced_write(const void*, size_t, const unsigned*, int*, void**) { return false; }
 }  // namespace emu::initcheck
 
 #endif

@@ -72,8 +72,10 @@ void run_blocks(Job& job, int worker, int workers) {
     blockIdx = make_uint3(b % job.grid.x, (b / job.grid.x) % job.grid.y,
                           b / (uint64_t(job.grid.x) * job.grid.y));
     // Real shared memory starts as garbage: poisoned, so a read-before-write shows.
-    tl_dynamic_smem = dynamic_shared_buffer(job.smem);
-    initcheck::begin_block(tl_dynamic_smem, job.smem);
+    size_t slack = 0;
+    tl_dynamic_smem = dynamic_shared_buffer(job.smem, &slack);
+    set_shared_window(tl_dynamic_smem, job.smem);
+    initcheck::begin_block(tl_dynamic_smem, job.smem, slack);
     std::string err = block.run(*job.body, blockIdx, job.block, job.schedule, job.stack_bytes);
     initcheck::end_block();
     if (!err.empty()) {

@@ -136,6 +136,14 @@ std::string check_device_range(const void* p, size_t n, const char* role) {
   return "";
 }
 
+size_t device_bytes_after(const void* p) {
+  const uintptr_t c = uintptr_t(p);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto* near = find_near(c);
+  if (!near || c - near->first >= near->second.bytes) return 0;
+  return near->second.bytes - size_t(c - near->first);
+}
+
 namespace {
 
 // The arguments of the launch in progress, as pa::launch noted them.
@@ -340,18 +348,27 @@ std::string check_redzones(const void* kernel) {
   return msg + "\n";
 }
 
-void* dynamic_shared_buffer(size_t bytes) {
+void* dynamic_shared_buffer(size_t bytes, size_t* slack) {
   // One buffer per worker, grown when a launch asks for more; real shared memory starts as
-  // garbage, so it is poisoned with 0xFF (NaN in every float type) for each block.
+  // garbage, so it is poisoned with 0xFF (NaN in every float type) for each block. It starts
+  // on a 1,024-byte boundary, as dynamic shared memory does on Hopper (where its shared
+  // address is 0x400): the low ten bits of a pointer into it are those of its shared address,
+  // so swizzle atoms (1,024 bytes) line up on both (emu/src/smem_window.cpp).
   thread_local char* buffer = nullptr;
   thread_local size_t capacity = 0;
   thread_local std::vector<char> plain;
   thread_local char* mapping = nullptr;
   thread_local size_t mapping_bytes = 0;
+  constexpr size_t kAlign = 1024;
   if (!kGuarded) {
-    plain.assign(bytes, char(0xFF));
-    return plain.data();
+    plain.assign(bytes + kAlign, char(0xFF));
+    *slack = 0;
+    const uintptr_t p = (reinterpret_cast<uintptr_t>(plain.data()) + kAlign - 1) & ~(kAlign - 1);
+    return reinterpret_cast<char*>(p);
   }
+  // Checked mode: the guard page follows the buffer rounded up to 1,024 bytes; the few bytes
+  // between its end and the guard (`slack`) are reported by the access hook
+  // (init_check.cpp) as the guard page would.
   if (bytes != capacity || !buffer) {
     if (mapping) {
       munmap(mapping, mapping_bytes);
@@ -359,11 +376,14 @@ void* dynamic_shared_buffer(size_t bytes) {
       for (Range& r : g_shared)
         if (r.start == uintptr_t(buffer)) r = g_shared.back(), g_shared.pop_back();
     }
-    buffer = guarded_map(bytes, &mapping, &mapping_bytes);
+    const size_t whole = round_up(bytes ? bytes : 16, kAlign);
+    char* end = guarded_map(whole, &mapping, &mapping_bytes) + whole;
+    buffer = end - whole;
     capacity = bytes;
     std::lock_guard<std::mutex> lock(g_mutex);
     g_shared.push_back(Range{uintptr_t(buffer), bytes});
   }
+  *slack = round_up(bytes ? bytes : 16, kAlign) - bytes;
   std::fill(buffer, buffer + round_up(bytes ? bytes : 16, 16), char(0xFF));
   return buffer;
 }

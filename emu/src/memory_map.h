@@ -15,6 +15,8 @@ void* device_alloc(size_t bytes);
 bool device_free(void* p);  // false: not a live allocation
 // "" if [p, p+n) lies inside one live allocation, else what is wrong with it.
 std::string check_device_range(const void* p, size_t n, const char* role);
+// The bytes from p to the end of the live allocation that holds it; 0 if none does.
+size_t device_bytes_after(const void* p);
 
 // Plain mode, after a launch of `kernel`: "" if every redzone still holds its pattern, else
 // a report per allocation whose redzone changed (which bytes; which kernel argument points
@@ -27,9 +29,10 @@ void note_launch_arguments(const void* kernel, int count, const void* const* val
                            const size_t* sizes, const char* const* types,
                            const size_t* elem_sizes);
 
-// The dynamic shared memory of the block a worker runs: `bytes` usable, from a buffer
-// that (in checked mode) ends at a guard page. Valid until the worker's next block.
-void* dynamic_shared_buffer(size_t bytes);
+// The dynamic shared memory of the block a worker runs: `bytes` usable, 1,024-byte aligned,
+// from a buffer that (in checked mode) ends at a guard page `*slack` bytes after them (fewer
+// than 1,024; 0 in plain mode). Valid until the worker's next block.
+void* dynamic_shared_buffer(size_t bytes, size_t* slack);
 
 // "global memory (byte 24 of a 4096-byte device allocation)", "dynamic shared memory
 // (byte 8 of 512)", "__shared__ memory (...)" when TSan says TLS, or "memory at 0x...".

@@ -1,0 +1,120 @@
+// One block's Hopper state on the emulator: its mbarriers with their phases, arrivals and
+// transaction bytes, the bulk and tensor copies in flight on them, each thread's bulk store
+// groups, the named barriers, and setmaxnreg's calls per warpgroup. Block owns one
+// (Block::hopper()); it is cleared at a block's start only if the block before used it, so
+// kernels that use none of it pay nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emu/hopper_emu.h"
+
+namespace emu {
+class Block;
+
+// The running worker's shared window: its dynamic shared memory (smem_window.cpp).
+struct SharedWindow {
+  char* lo = nullptr;
+  size_t bytes = 0;
+};
+SharedWindow& shared_window();
+void set_shared_window(void* dynamic, size_t bytes);
+
+struct Site {
+  const char* file = nullptr;
+  int line = 0;
+};
+std::string place(const Site& s);  // "tests/emu/x.cu:12"
+std::string hex_address(uint32_t shared_address);  // "0x0410"
+
+// A copy into shared memory that completes bytes on an mbarrier. Its bytes are staged at the
+// issue and land when a waiter polls the barrier after all the phase's arrivals are in: the
+// latest point the hardware allows. Until then its destination holds the issue's poison.
+struct PendingLoad {
+  char* dst;
+  std::vector<unsigned char> image;
+  Site issued;
+  int thread;
+  bool tensor;  // cp.async.bulk.tensor (else cp.async.bulk)
+};
+
+struct Mbarrier {
+  uint32_t address = 0;
+  Site init;
+  unsigned count = 0;    // arrivals each phase expects (arrive_drop lowers it)
+  unsigned pending = 0;  // arrivals still missing in the current phase
+  int64_t tx = 0;        // transaction bytes expected and not yet completed (may go below 0)
+  uint64_t phase = 0;    // phases completed so far; the current phase's parity is phase & 1
+  uint64_t expected_bytes = 0, completed_bytes = 0;  // in the current phase, for reports
+  std::vector<PendingLoad> flying;
+  std::vector<unsigned char> arrived;  // per thread: arrived on it in some phase
+  std::vector<unsigned char> dropped;  // per thread: called arrive_drop on it
+  char token = 0;  // checked mode: arrivals and copies release it, successful waits acquire it
+};
+
+// A bulk store (tensor or not) of one thread: its source is read, and global memory written,
+// at the wait_group that covers its group.
+struct PendingStore {
+  int group;
+  Site issued;
+  const char* src;
+  uint32_t bytes;
+  bool tensor;
+  hopper::TensorMapDesc map;  // tensor: the map and the box's coordinates
+  int32_t coords[5];
+  char* dst;                  // not tensor: where it goes
+};
+
+struct ThreadHopper {
+  std::map<uint32_t, uint64_t> seen;  // barrier -> phases complete at its last successful wait
+  int committed = 0;                  // its bulk groups committed so far
+  std::vector<PendingStore> stores;
+  unsigned register_calls = 0;        // its setmaxnreg calls so far
+};
+
+struct NamedBarrier {
+  unsigned count = 0;    // threads the current round waits for (0: no round open)
+  unsigned arrived = 0;
+  Site first;            // the round's first arrival
+  std::vector<int> waiting;
+};
+
+struct RegisterCall {
+  bool increase;
+  unsigned registers;
+  Site at;
+};
+
+class Hopper {
+ public:
+  bool used = false;
+  Block* block = nullptr;
+  std::map<uint32_t, Mbarrier> barriers;
+  std::vector<ThreadHopper> threads;
+  NamedBarrier named[16];
+  std::vector<std::vector<RegisterCall>> registers;  // per warpgroup, in call order
+  uint64_t progress = 0;  // barrier state changes, to tell a spinning try_wait from a stuck one
+  uint64_t progress_at_timeout = ~0ull;
+  int idle_timeouts = 0;
+
+  // At a block's start; then use() at the first Hopper call of the block.
+  void begin_block(Block* b);
+  void use();
+  Mbarrier& barrier(void* bar, const char* what, const Site& at);
+  // A phase whose arrivals and bytes are all in completes; its waiters wake.
+  void settle(Mbarrier& m);
+  // A waiter polls: once every arrival is in, the copies in flight land (in issue order).
+  void land(Mbarrier& m);
+  // No thread can run: poll the barriers that have waiters, or let spinning try_waits time
+  // out. True if a thread can run again.
+  bool unstick();
+  // For the deadlock report: each barrier that threads wait on, with its state.
+  std::string describe_stuck() const;
+  void thread_exited(int thread);
+  void perform(PendingStore& s);
+};
+
+}  // namespace emu
