@@ -27,6 +27,7 @@ from pa_ref.paged import blocks_for, token_slot  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 import style as st  # noqa: E402
+import ch08  # noqa: E402  (chapter 8's figures)
 import ch11  # noqa: E402  (chapter 11's figures)
 import ch12  # noqa: E402  (chapter 12's figure)
 from style import (BLUE, GREEN, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED,  # noqa: E402
@@ -1065,6 +1066,9 @@ FIGURES = {
     "e4m3": e4m3,
     "cow": cow,
     "serving-timeline": serving_timeline,
+    "hash-chain": ch08.hash_chain,  # book/figures/ch08.py
+    "fork-sharing": ch08.fork_sharing,
+    "cascade-merge": ch08.cascade_merge,
     "ring": ring,
     "mma-fragment": mma_fragment,
     "varlen-tiles": varlen_tiles,
