@@ -111,8 +111,8 @@ def fork_sharing(prompt_len=6, block_size=4, num_blocks=6):
                     fc = "white" if who is None else LIGHT[GREY if who == -1 else SEQ[who]]
                     st.cell(ax, bx + o * blk_w / bs, y, blk_w / bs, blk_h, fc=fc, ec=GRID, lw=0.4)
                 rc = stage["rc"][b]
-                frame = st.cell(ax, bx, y, blk_w, blk_h, fc="none", ec=RED if rc > 1 else MUTED,
-                                lw=2.0 if rc > 1 else 0.9, z=3)
+                frame = st.cell(ax, bx, y, blk_w, blk_h, fc="none", ec=PINK if rc > 1 else MUTED,
+                                lw=2.2 if rc > 1 else 0.9, z=3)
                 frame.set_gid("block")
                 frame.set_label(f"{k}:{s}:{i}:{b}:{rc}")
                 ax.text(bx + blk_w / 2, y + blk_h / 2, str(b), ha="center", va="center", fontsize=10,
@@ -133,7 +133,7 @@ def fork_sharing(prompt_len=6, block_size=4, num_blocks=6):
                 color=RED if stage["copies"] else MUTED, fontweight="bold" if stage["copies"] else "normal")
     ax.text(0.5, H - 2.2, "Slots: grey = the prompt's tokens, written once before the forks; colour = "
             "a sequence's own.", fontsize=10, color=MUTED)
-    ax.text(0.5, H - 0.6, "Red frame: a shared block (reference count > 1). Block 0 is full: never "
+    ax.text(0.5, H - 0.6, "Pink frame: a shared block (reference count > 1). Block 0 is full: never "
             "copied, shared to the end.", fontsize=10, color=MUTED)
     drawn = {}
     for k, s, i, b, rc in _labelled(ax, "block"):
