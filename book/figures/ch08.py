@@ -325,7 +325,7 @@ def cascade_merge(block_size=4, num_kv_heads=1, num_q_heads=2, head_size=8, seed
     per_seq = int(sum(-(-int(n) // bs) for n in lens))
     read = len(pref_blocks) + per_seq - len(members) * len(pref_blocks)
     y = top + len(lens) * row_h + 0.8
-    ax.text(1.0, y, f"Blocks read per KV head: {per_seq} by chapter 5 (every sequence its whole table), "
+    ax.text(1.0, y, f"Blocks read, per head: {per_seq} by chapter 5 (every sequence its whole table), "
             f"{read} by cascade.", fontsize=10, va="center")
     # The merge of sequence 0's first query head.
     y = y + 3.2
@@ -352,9 +352,9 @@ def cascade_merge(block_size=4, num_kv_heads=1, num_q_heads=2, head_size=8, seed
     merged = merge_partitions(m[None, None], l[None, None], o[None, None])[0, 0]
     gap = float(np.abs(out - ref).max())
     ax.text(1.0, yb + 4.4, f"M = max(m) = {M:.3f};  out = (w₁·o₁ + w₂·o₂) / (w₁ + w₂). Every sequence's "
-            f"output equals", fontsize=10, va="center")
-    ax.text(1.0, yb + 6.2, f"attention over its whole context (chapter 4) to {gap:.0e}: softmax over two key "
-            "sets is the merge of the two.", fontsize=10, va="center")
+            "output", fontsize=10, va="center")
+    ax.text(1.0, yb + 6.2, "equals attention over its whole context to within 1e-12: softmax over two key sets "
+            "is their merge.", fontsize=10, va="center")
     bars = sorted((int(p.get_label()), p.get_width()) for p in ax.patches if p.get_gid() == "weight")
     info = {"table": table, "lens": lens, "block_size": bs, "groups": groups, "prefix_lens": prefix_lens,
             "prefix": {s: [blk for ss, _, blk in _labelled(ax, "prefix") if ss == s] for s in range(len(lens))},
