@@ -174,7 +174,7 @@ def hash_chain(block_size=4, seed=8):
 
     H = 35.0
     fig, ax = _panel(H)
-    tok_w, blk_gap, x0, tok_h = 3.6, 2.0, 14.0, 2.6
+    tok_w, blk_gap, x0, tok_h = 4.0, 1.6, 12.5, 2.6
     bx = [x0 + i * (bs * tok_w + blk_gap) for i in range(5)]
     hw = bs * tok_w - 1.0
 
@@ -191,10 +191,10 @@ def hash_chain(block_size=4, seed=8):
             frame.set_gid(f"tokens-{who}")
 
     def hash_row(y, hashes, who, status):
-        root = st.cell(ax, 1.0, y, 10.5, tok_h, fc=LIGHT[GREY], ec=MUTED, lw=0.8)
+        root = st.cell(ax, 1.0, y, 8.0, tok_h, fc=LIGHT[GREY], ec=MUTED, lw=0.8)
         root.set_gid("root")
-        ax.text(6.25, y + tok_h / 2, "root", ha="center", va="center", fontsize=10)
-        prev = (11.5, y + tok_h / 2)
+        ax.text(5.0, y + tok_h / 2, "root", ha="center", va="center", fontsize=10)
+        prev = (9.0, y + tok_h / 2)
         for i, h in enumerate(hashes):
             s = status[i]
             colour = {"hit": GREEN, "miss": RED, "stored": BLUE, "unread": GREY}[s]
