@@ -1,6 +1,7 @@
 """The introduction's "The path": every page of book/src/SUMMARY.md after the introduction
 and how-to-use, in order, each with its sentence from book/path.toml (numbered chapters as
-a numbered list, the pages after them as a list of their own).
+a numbered list, a chapter's nested pages (8.1, 8.2) as a list inside its item, the pages
+after them as a list of their own).
 
     python3 tools/book_path.py OUT.md        (build_book.sh: book/src/generated/path.md)
     python3 tools/book_path.py --check       (every page has its sentence, nothing extra,
@@ -15,22 +16,24 @@ ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = ROOT / "book/src/SUMMARY.md"
 README = ROOT / "README.md"
 TEXTS = ROOT / "book/path.toml"
-LINK = re.compile(r"^\s*(-\s*)?\[([^\]]+)\]\(([^)]+)\)")
+LINK = re.compile(r"^(\s*)(-\s*)?\[([^\]]+)\]\(([^)]+)\)")
 
 
 def pages(summary_text):
-    """(title, file, numbered) for each page of SUMMARY.md, in order: numbered pages are
-    list items ("- [..](..)"); the prefix and suffix pages are bare links."""
+    """(title, file, numbered, nested) for each page of SUMMARY.md, in order: numbered pages
+    are list items ("- [..](..)"), nested ones indented under their chapter's item (mdBook
+    numbers them 8.1, 8.2); the prefix and suffix pages are bare links."""
     out = []
     for line in summary_text.splitlines():
         m = LINK.match(line)
         if m:
-            out.append((m.group(2), m.group(3), bool(m.group(1))))
+            numbered = bool(m.group(2))
+            out.append((m.group(3), m.group(4), numbered, numbered and len(m.group(1)) > 0))
     return out
 
 
 def problems(summary_text, texts):
-    listed = [f for _, f, _ in pages(summary_text)]
+    listed = [f for _, f, _, _ in pages(summary_text)]
     skip = {"introduction.md", "how-to-use.md"}
     out = [f"{f} is in SUMMARY.md but has no summary in book/path.toml"
            for f in listed if f not in skip and f not in texts]
@@ -51,25 +54,29 @@ def readme_chapters(readme_text):
 
 
 def readme_problems(summary_text, readme_text):
-    count = sum(1 for _, _, numbered in pages(summary_text) if numbered)
+    count = sum(1 for _, _, numbered, nested in pages(summary_text) if numbered and not nested)
     missing = sorted(set(range(1, count + 1)) - readme_chapters(readme_text))
     return [f"README.md's \"Chapters:\" paragraph does not name chapter(s) {', '.join(map(str, missing))}"] \
         if missing else []
 
 
 def render(summary_text, texts):
-    numbered, after = [], []
-    for title, f, is_numbered in pages(summary_text):
+    numbered, after, chapter, section = [], [], 0, 0
+    for title, f, is_numbered, nested in pages(summary_text):
         if f in ("introduction.md", "how-to-use.md"):
             continue
         text = " ".join(texts[f]["summary"].split())
-        if is_numbered:
-            numbered.append(f"{len(numbered) + 1}. **[{title}]({f}).** {text}")
+        if nested:  # inside its chapter's item: indented to the item's text
+            section += 1
+            numbered.append(" " * len(f"{chapter}. ") + f"- **[{chapter}.{section} {title}]({f}).** {text}")
+        elif is_numbered:
+            chapter, section = chapter + 1, 0
+            numbered.append(f"{chapter}. **[{title}]({f}).** {text}")
         else:
             after.append(f"- **[{title}]({f}).** {text}")
     lines = numbered
     if after:
-        lines += ["", f"After the {len(numbered)} chapters:", ""] + after
+        lines += ["", f"After the {chapter} chapters:", ""] + after
     return "\n".join(lines) + "\n"
 
 

@@ -22,6 +22,26 @@ def test_chapters_are_numbered_in_summary_order_and_appendices_follow():
     assert "- **[Appendix A: More](appendix-more.md).** An appendix." in out
 
 
+def test_nested_pages_are_listed_inside_their_chapter_not_numbered_as_chapters():
+    summary = SUMMARY.replace("- [One](ch01-one.md)\n", "- [One](ch01-one.md)\n    - [More of one](ch01b-more.md)\n"
+                              "    - [Yet more](ch01c-yet.md)\n")
+    texts = dict(TEXTS, **{"ch01b-more.md": {"summary": "Its second page."},
+                           "ch01c-yet.md": {"summary": "Its third."}})
+    assert [p[3] for p in book_path.pages(summary)] == [False, False, False, True, True, False, False]
+    out = book_path.render(summary, texts)
+    assert out.startswith("1. **[One](ch01-one.md).** The first.\n"
+                          "   - **[1.1 More of one](ch01b-more.md).** Its second page.\n"
+                          "   - **[1.2 Yet more](ch01c-yet.md).** Its third.\n"
+                          "2. **[Two](ch02-two.md).** The second.\n")
+    assert "After the 2 chapters:" in out
+    assert book_path.problems(summary, texts) == []
+    assert book_path.problems(summary, TEXTS) == [
+        "ch01b-more.md is in SUMMARY.md but has no summary in book/path.toml",
+        "ch01c-yet.md is in SUMMARY.md but has no summary in book/path.toml"]
+    # README names chapters, not pages: 1 and 2 are enough.
+    assert book_path.readme_problems(summary, "Chapters: 1 one, 2 two.\n") == []
+
+
 def test_a_new_chapter_without_its_sentence_is_named():
     summary = SUMMARY.replace("- [Two](ch02-two.md)\n", "- [Two](ch02-two.md)\n- [Three](ch03-three.md)\n")
     assert book_path.problems(summary, TEXTS) == [

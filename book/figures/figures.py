@@ -30,6 +30,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 import style as st  # noqa: E402
 import appendix_b  # noqa: E402  (Appendix B's figure)
 import ch01  # noqa: E402  (chapter 1's figures)
+import ch08  # noqa: E402  (chapter 8's figures)
 import ch10  # noqa: E402  (chapter 10's kernel figures)
 import ch11  # noqa: E402  (chapter 11's figures)
 import ch12  # noqa: E402  (chapter 12's figure)
@@ -1078,6 +1079,9 @@ FIGURES = {
     "e4m3": e4m3,
     "cow": cow,
     "serving-timeline": serving_timeline,
+    "hash-chain": ch08.hash_chain,  # book/figures/ch08.py
+    "fork-sharing": ch08.fork_sharing,
+    "cascade-merge": ch08.cascade_merge,
     "ring": ring,
     "mma-fragment": mma_fragment,
     "varlen-tiles": varlen_tiles,

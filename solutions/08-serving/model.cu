@@ -521,7 +521,6 @@ void TinyModel::check_step(const StepInput& in, const PagedKV& kv, const char* w
                "slot " << slot << " is outside the pool");
 }
 
-// ANCHOR: forward_paged
 std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
   check_step(in, kv, "forward_paged");
   std::vector<float> logits;
@@ -621,6 +620,7 @@ void TinyModel::plan_groups(const StepInput& in, const PagedKV& kv) {
 }
 // ANCHOR_END: plan_groups
 
+// ANCHOR: forward_paged
 // The paged path on a cache of type C. With a 16-bit cache, q, k and v are rounded to C
 // before the K/V write and the attention, and the attention's output comes back to fp32.
 template <typename C>
