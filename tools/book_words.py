@@ -32,6 +32,7 @@ def prose_words(text: str) -> int:
         s = line.strip()
         if not s or s.startswith(("|", "#", "{{#include", "![")):
             continue
+        s = re.sub(r"\]\([^)]*\)", "]", s)  # a link counts its words, not its target
         n += len(WORD.findall(re.sub(r"`[^`]*`", "x", s)))
     return n
 

@@ -33,3 +33,8 @@ def test_the_limit_and_the_pages_over_it():
 
 def test_the_real_book():
     assert w.main() == 0
+
+
+def test_a_link_counts_its_words_not_its_target():
+    import book_words as w
+    assert w.prose_words("See [chapter 8](ch08b-preemption-and-forks.md#exercise-3-preemption) here.\n") == 4
