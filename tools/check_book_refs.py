@@ -86,15 +86,17 @@ def exercise_counts(root: Path) -> dict[int, tuple[int, int]]:
 HEADING_NUMBERS = re.compile(r"exercises? ([0-9]+)(?:,? (?:and|to) ([0-9]+))?", re.I)
 
 
-def check_headings(text: str, page: str, ctx: dict) -> list[str]:
-    """A chapter page's headings number its exercises as make hint-N does."""
+def check_headings(text: str, page: str, ctx: dict, chapter_text: str | None = None) -> list[str]:
+    """A chapter's headings number its exercises as make hint-N does. chapter_text: all the
+    pages of the chapter (8, 8.1, 8.2), whose headings together must cover its exercises;
+    by default this page's."""
     m = re.match(r"ch([0-9]{2})-", page)
     if not m or int(m.group(1)) not in ctx["exercises"]:
         return []
     chapter = int(m.group(1))
     total, core = ctx["exercises"][chapter]
     seen, seen_errors = set(), []
-    for line in text.splitlines():
+    for line in (text if chapter_text is None else chapter_text).splitlines():
         if line.startswith("#"):
             for a, b in HEADING_NUMBERS.findall(line):
                 seen.update(range(int(a), int(b or a) + 1))
@@ -167,10 +169,12 @@ def main(argv: list[str]) -> int:
     pages = [Path(a) for a in argv[1:]] or sorted((root / "book" / "src").glob("*.md")) + [root / "README.md"]
     ctx = {"code": code_text(root), "tests": defined_tests(root), "targets": make_targets(root),
            "exercises": exercise_counts(root)}
+    texts = {page: page.read_text(encoding="utf-8") for page in pages}
     errors = []
-    for page in pages:
-        text = page.read_text(encoding="utf-8")
-        errors += check_page(text, page.name, root, ctx) + check_headings(text, page.name, ctx)
+    for page, text in texts.items():
+        # A chapter's pages share its number: ch08-serving-loop.md, ch08b-..., ch08c-...
+        same = "\n".join(t for p, t in texts.items() if p.name[:4] == page.name[:4])
+        errors += check_page(text, page.name, root, ctx) + check_headings(text, page.name, ctx, same)
     for e in errors:
         print(e)
     if errors:

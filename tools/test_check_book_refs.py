@@ -68,3 +68,10 @@ def test_a_hint_command_under_another_exercises_heading_is_found(ctx):
             "## Exercises 1 and 2: the allocator\n\n`make hint-2 EXERCISE=2`.\n")
     assert cbr.check_headings(page, "ch02-planted.md", ctx) == [
         "ch02-planted.md:6: make hint-2 EXERCISE=3 under a heading about exercise 4"]
+
+
+def test_a_chapter_split_over_pages_is_numbered_across_them(ctx):
+    first = "## Exercises 1 and 2: the allocator\n"
+    second = "## Exercise 3: the write\n## Exercise 4: the gather\n"
+    assert cbr.check_headings(first, "ch02-a.md", ctx, first + second) == []
+    assert cbr.check_headings(first, "ch02-a.md", ctx) != []

@@ -86,7 +86,7 @@ def fork_sharing(prompt_len=6, block_size=4, num_blocks=6):
         copies += write(s, 1, s)
     snap("next tokens: 0, 3\nshare a tail: one\ncopy; 2 writes alone", copies)
 
-    H = 31.0
+    H = 31.4
     fig, ax = _panel(H)
     col_w, x0, top = 18.0, 9.5, 7.4
     blk_w, gap, blk_h, row_h = 5.0, 0.6, 2.4, 3.1
@@ -131,7 +131,7 @@ def fork_sharing(prompt_len=6, block_size=4, num_blocks=6):
             note = "freed: " + ", ".join(map(str, stage["freed"]))
         ax.text(cx, y_pool + 3.9, note, va="center", fontsize=10,
                 color=RED if stage["copies"] else MUTED, fontweight="bold" if stage["copies"] else "normal")
-    ax.text(0.5, H - 2.2, "Slots: grey = the prompt's tokens, written once before the forks; colour = "
+    ax.text(0.5, H - 2.6, "Slots: grey = the prompt's tokens, written once before the forks; colour = "
             "a sequence's own.", fontsize=10, color=MUTED)
     ax.text(0.5, H - 0.6, "Pink frame: a shared block (reference count > 1). Block 0 is full: never "
             "copied, shared to the end.", fontsize=10, color=MUTED)
@@ -172,7 +172,7 @@ def hash_chain(block_size=4, seed=8):
     hit = cache.match_prefix(b, len(b) - 1)  # the last token is always computed
     ha, hb = prefix_cache.chain_hashes(a, bs), prefix_cache.chain_hashes(b, bs)
 
-    H = 35.0
+    H = 35.8
     fig, ax = _panel(H)
     tok_w, blk_gap, x0, tok_h = 4.0, 1.6, 12.5, 2.6
     bx = [x0 + i * (bs * tok_w + blk_gap) for i in range(5)]
@@ -248,9 +248,9 @@ def hash_chain(block_size=4, seed=8):
     y_t = y_h + 7.2
     ax.text(1.0, y_t, f"B's block {diff[0] // bs} differs in one token (red): its hash is not in the cache, "
             "and the walk stops there.", fontsize=10, color=MUTED, va="center")
-    ax.text(1.0, y_t + 1.8, f"B's block {same[0]} holds A's block {same[0]}'s tokens, but after another past: "
+    ax.text(1.0, y_t + 2.0, f"B's block {same[0]} holds A's block {same[0]}'s tokens, but after another past: "
             "another hash, never a hit.", fontsize=10, color=MUTED, va="center")
-    ax.text(1.0, y_t + 3.6, f"B takes blocks {hit} ({len(hit) * bs} tokens) from the cache and computes its "
+    ax.text(1.0, y_t + 4.0, f"B takes blocks {hit} ({len(hit) * bs} tokens) from the cache and computes its "
             f"other {len(b) - len(hit) * bs}.", fontsize=10, color=MUTED, va="center")
     info = {"a": a, "b": b, "block_size": bs,
             "hashes": {who: [h for _, h, _ in sorted((i, h, s) for i, h, s in _labelled(ax, f"hash-{who}"))]

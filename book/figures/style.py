@@ -92,9 +92,10 @@ def drawn_texts(fig):
             if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
 
 
-def check_placement(fig, slack_px=1.0):
+def check_placement(fig, slack_px=1.0, overlap_px=3.0):
     """Raise if a drawn text runs past the figure's edge (it would be cut off) or overlaps
-    another drawn text (a collision). Draws the figure once."""
+    another drawn text by more than overlap_px both ways (a collision: stacked lines of one
+    paragraph touch by a pixel or so, their boxes' descent). Draws the figure once."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     width, height = fig.bbox.width, fig.bbox.height
@@ -105,8 +106,8 @@ def check_placement(fig, slack_px=1.0):
         raise ValueError(f"text past the figure's edge, cut off: {outside[:5]}")
     for i, (a, text_a) in enumerate(boxes):
         for b, text_b in boxes[i + 1:]:
-            if (min(a.x1, b.x1) - max(a.x0, b.x0) > slack_px
-                    and min(a.y1, b.y1) - max(a.y0, b.y0) > slack_px):
+            if (min(a.x1, b.x1) - max(a.x0, b.x0) > overlap_px
+                    and min(a.y1, b.y1) - max(a.y0, b.y0) > overlap_px):
                 raise ValueError(f"two texts overlap: {text_a!r} and {text_b!r}")
 
 
