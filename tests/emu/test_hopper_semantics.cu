@@ -135,6 +135,7 @@ TEST(HopperMbarrier, PhasesCompleteWhenEveryArrivalIsIn) {
 // ---- Transaction bytes: a bulk copy whose bytes complete before their expect_tx, an
 // expect_tx without an arrival, arrive.expect_tx, and arrive_drop (warp 1 drops out after
 // phase 0, so phase 1 completes on warp 0's arrival alone). -------------------------------
+// ANCHOR: transactions
 __global__ void transactions_kernel(const float* src, float* out) {
   PA_DYNAMIC_SHARED(unsigned char, smem);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
@@ -164,6 +165,7 @@ __global__ void transactions_kernel(const float* src, float* out) {
   pa::mbarrier_wait_parity(bar, 1);
   out[64 + t] = data[64 + t % 32];
 }
+// ANCHOR_END: transactions
 
 TEST(HopperMbarrier, TransactionBytesCompleteAPhaseInAnyOrder) {
   PA_NEED_HOPPER();
