@@ -75,3 +75,7 @@ def test_a_chapter_split_over_pages_is_numbered_across_them(ctx):
     second = "## Exercise 3: the write\n## Exercise 4: the gather\n"
     assert cbr.check_headings(first, "ch02-a.md", ctx, first + second) == []
     assert cbr.check_headings(first, "ch02-a.md", ctx) != []
+
+
+def test_what_make_book_writes_is_not_required(ctx):
+    assert errors("Open `book/book/index.html`; the outputs are in `book/src/generated/`.\n", ctx) == []
