@@ -823,7 +823,9 @@ TEST(HopperWgmma, MnMajorTilesAreTheTranspose) {
 
 // ---- A from registers (wgmma_mma_async_rs): each thread's fragment straight from global
 // memory, B K-major (128B swizzle, TMA). The first k-step overwrites the accumulators
-// (scale-d 0), whatever they held. ----------------------------------------------------------
+// (scale-d 0), whatever they held. For fp16/bf16 register j holds two elements of A's row
+// 16 w + g + 8 (j % 2), columns 2 q + 8 (j / 2) and the next; for fp8, four, columns
+// 4 q + 16 (j / 2) to + 3 (the lowest first). ----------------------------------------------
 template <typename E, int N>
 __global__ void wgmma_rs_kernel(const __grid_constant__ pa::TensorMap map_b, const E* a,
                                 int k_total, float* out) {
@@ -837,21 +839,24 @@ __global__ void wgmma_rs_kernel(const __grid_constant__ pa::TensorMap map_b, con
     pa::fence_mbarrier_init();
   }
   __syncthreads();
+  constexpr int cw = int(128 / sizeof(E)), per = int(4 / sizeof(E)), kstep = int(32 / sizeof(E));
   if (t == 0) {
     pa::mbarrier_arrive_expect_tx(bar, uint32_t(N * k_total * sizeof(E)));
-    for (int kb = 0; kb < k_total / 64; ++kb) pa::tma_load_2d(sb + kb * N * 64, map_b, kb * 64, 0, bar);
+    for (int kb = 0; kb < k_total / cw; ++kb) pa::tma_load_2d(sb + kb * N * cw, map_b, kb * cw, 0, bar);
   }
   pa::mbarrier_wait_parity(bar, 0);
-  const uint16_t* bits = reinterpret_cast<const uint16_t*>(a);
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(a);
   pa::WgmmaAcc<N> acc;
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc.d[i] = 1e6f;  // garbage that scale-d 0 discards
-  for (int s = 0; s < k_total / 16; ++s) {
+  for (int s = 0; s < k_total / kstep; ++s) {
     uint32_t frag[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int row = 16 * w + g + 8 * (j % 2), col = 16 * s + 2 * q + 8 * (j / 2);
-      frag[j] = uint32_t(bits[row * k_total + col]) | (uint32_t(bits[row * k_total + col + 1]) << 16);
+      const int row = 16 * w + g + 8 * (j % 2), col = kstep * s + per * q + 4 * per * (j / 2);
+      frag[j] = 0;
+      for (size_t e = 0; e < 4; ++e)
+        frag[j] |= uint32_t(bytes[(size_t(row) * size_t(k_total) + size_t(col)) * sizeof(E) + e]) << (8 * e);
     }
     pa::wgmma_fence();  // A's registers were just written by ordinary code
     pa::wgmma_mma_async_rs<E>(acc, frag, kmajor_desc(sb, uint32_t(s), N, 128), s > 0);
@@ -865,7 +870,7 @@ __global__ void wgmma_rs_kernel(const __grid_constant__ pa::TensorMap map_b, con
 template <typename E>
 void run_wgmma_rs() {
   constexpr int N = 32;
-  const int k_total = 64;
+  const int k_total = sizeof(E) == 1 ? 128 : 64;
   const std::vector<E> a = random_matrix<E>(64 * size_t(k_total), 21), bt = random_matrix<E>(size_t(N) * k_total, 22);
   pa::DeviceBuffer<E> da(a), db(bt);
   const pa::TensorMap mb = kmajor_map(db.get(), N, k_total, 128);
@@ -882,6 +887,7 @@ TEST(HopperWgmma, AFromRegistersAndScaleDZero) {
   PA_NEED_HOPPER();
   run_wgmma_rs<pa::half>();
   run_wgmma_rs<pa::bf16>();
+  run_wgmma_rs<e4m3>();
 }
 
 // ---- Groups: two warpgroups (threads 128-255 are warpgroup 1, rows 64-127 of A), each with
@@ -889,6 +895,7 @@ TEST(HopperWgmma, AFromRegistersAndScaleDZero) {
 // group each (groups 1-4), chained on its registers, with wait_group<1> after each commit:
 // the pipelined k-loop. After the first wait<1>, group 0 is done and acc_half is read while
 // acc_full is still in flight. ----------------------------------------------------------------
+constexpr int kGroupsK = 64;
 template <typename E, int N>
 __global__ void wgmma_groups_kernel(const __grid_constant__ pa::TensorMap map_a,
                                     const __grid_constant__ pa::TensorMap map_b, int k_total,
@@ -915,15 +922,17 @@ __global__ void wgmma_groups_kernel(const __grid_constant__ pa::TensorMap map_a,
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc_half.d[i] = acc_full.d[i] = 0.f;
   pa::wgmma_fence();
+#pragma unroll
   for (int s = 0; s < 2; ++s)
     pa::wgmma_mma_async<E>(acc_half, kmajor_desc(my_a, uint32_t(s), 64, 128),
                            kmajor_desc(sb, uint32_t(s), N, 128));
   pa::wgmma_commit_group();
-  for (int s = 0; s < k_total / 16; ++s) {
+#pragma unroll
+  for (int s = 0; s < kGroupsK / 16; ++s) {  // a trip count known at compile time: unrolled
     pa::wgmma_mma_async<E>(acc_full, kmajor_desc(my_a, uint32_t(s), 64, 128),
                            kmajor_desc(sb, uint32_t(s), N, 128));
     pa::wgmma_commit_group();
-    pa::wgmma_wait_group<1>(acc_half, acc_full);
+    pa::wgmma_wait_group<1>(acc_half);  // not acc_full: it is still in flight
     if (s == 0)  // group 0 is done: acc_half is this thread's again
 #pragma unroll
       for (int i = 0; i < N / 2; ++i)
@@ -938,7 +947,7 @@ __global__ void wgmma_groups_kernel(const __grid_constant__ pa::TensorMap map_a,
 template <typename E>
 void run_wgmma_groups() {
   constexpr int N = 64;
-  const int k_total = 64;
+  const int k_total = kGroupsK;
   const std::vector<E> a = random_matrix<E>(128 * size_t(k_total), 31), bt = random_matrix<E>(size_t(N) * k_total, 32);
   pa::DeviceBuffer<E> da(a), db(bt);
   const pa::TensorMap ma = kmajor_map(da.get(), 128, k_total, 128), mb = kmajor_map(db.get(), N, k_total, 128);

@@ -20,7 +20,8 @@
 //                           pending: the older groups' accumulators hold their results, and
 //                           their shared-memory operands may be overwritten. Pass the
 //                           accumulators it hands back, so that the compiler does not read them
-//                           before the wait.
+//                           before the wait; not those still in flight (ptxas would take that as
+//                           a use and wait for them too: its info C7517).
 // Consecutive wgmmas of one shape on the same accumulators need no wait between them: the
 // hardware orders them (several k-steps accumulate in one group, or in several).
 //
