@@ -307,7 +307,7 @@ std::string Block::describe_waiters() const {
              ") on the mbarrier at shared " + hex_address(t.mbar) + " at " +
              place(Site{t.file, t.line})]
           .push_back(static_cast<int>(i));
-    if (t.wait == Wait::Named)
+    if (t.wait == Wait::Named || t.wait == Wait::Warpgroup)
       groups[std::string(t.what) + " at " + place(Site{t.file, t.line})].push_back(static_cast<int>(i));
   }
   std::ostringstream os;

@@ -23,7 +23,7 @@ struct Schedule {
 // Parses "forward", "reverse", "random[:SEED]" or "greedy"; returns false if it can't.
 bool parse_schedule(const char* text, Schedule* out);
 
-enum class Wait { None, Block, Warp, Mbarrier, Named, Done };
+enum class Wait { None, Block, Warp, Mbarrier, Named, Warpgroup, Done };
 
 struct Thread {  // one CUDA thread is one fiber
   boost::context::fiber fiber;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,11 +69,68 @@ struct PendingStore {
   char* dst;                  // not tensor: where it goes
 };
 
+// One wgmma.mma_async of a warpgroup (wgmma.cpp). It is computed, its operands read from
+// the shared window through its descriptors, at the first wait that covers it in any of the
+// warpgroup's threads: the latest point the hardware allows. Each thread's accumulators hold
+// NaN from the issue until that thread's covering wait lands its results.
+struct WgmmaOp {
+  hopper::WgmmaCall call;  // a_regs cleared: the registers are copied into `a`
+  Site at;
+  int warpgroup = 0;
+  int group = 0;                 // the wgmma group it joined (in the warpgroup's first thread)
+  std::vector<uint32_t> a;       // A from registers: 128 threads x 4
+  std::vector<float*> acc;       // each thread's accumulators
+  std::vector<float> in;         // 128 x n/2: D's input per thread, as it was at the issue
+  // Per thread: the wgmma in flight on the same accumulators whose result is its input (the
+  // hardware chains wgmmas of one shape on one accumulator without a wait).
+  std::vector<std::shared_ptr<WgmmaOp>> from;
+  std::vector<float> out;        // 128 x n/2, once computed
+  bool done = false;
+  std::vector<uint32_t> chunks;  // the shared addresses of the 16-byte chunks it reads
+  int handle = -1;               // checked mode: initcheck's record of those reads
+};
+
+struct WgmmaPending {
+  std::shared_ptr<WgmmaOp> op;
+  int group;  // the issuing thread's wgmma group
+};
+
+// An accumulator handed back to ordinary code by a wait: its values then, and the thread's
+// wgmma_fence count, to tell a write without a fence since.
+struct WgmmaLanded {
+  unsigned fences = 0;
+  std::vector<float> values;
+  Site wait;
+};
+
+struct WgmmaMeet {  // a warpgroup's threads arriving at one wgmma.mma_async
+  int arrived = 0;
+  int first = -1;
+  hopper::WgmmaCall call{};
+  Site at;
+  std::vector<float*> acc;
+  std::vector<uint32_t> a;
+  std::vector<int> waiting;
+};
+
 struct ThreadHopper {
   std::map<uint32_t, uint64_t> seen;  // barrier -> phases complete at its last successful wait
   int committed = 0;                  // its bulk groups committed so far
   std::vector<PendingStore> stores;
   unsigned register_calls = 0;        // its setmaxnreg calls so far
+  // wgmma: its groups committed, its wgmma_fence calls, its wgmmas in flight, the
+  // accumulators its waits handed back, its last wait, and A's registers at its last
+  // wgmma_mma_async_rs (with the fence count then).
+  int wg_committed = 0;
+  unsigned wg_fences = 0;
+  std::vector<WgmmaPending> wg_pending;
+  std::map<const float*, WgmmaLanded> wg_landed;
+  Site wg_wait;
+  int wg_wait_n = 0, wg_wait_committed = 0;
+  bool rs_seen = false;
+  unsigned rs_fences = 0;
+  uint32_t rs_a[4] = {};
+  Site rs_at;
 };
 
 struct NamedBarrier {
@@ -96,6 +154,7 @@ class Hopper {
   std::vector<ThreadHopper> threads;
   NamedBarrier named[16];
   std::vector<std::vector<RegisterCall>> registers;  // per warpgroup, in call order
+  std::vector<WgmmaMeet> meets;                      // per warpgroup
   uint64_t progress = 0;  // barrier state changes, to tell a spinning try_wait from a stuck one
   uint64_t progress_at_timeout = ~0ull;
   int idle_timeouts = 0;
@@ -114,6 +173,10 @@ class Hopper {
   // For the deadlock report: each barrier that threads wait on, with its state.
   std::string describe_stuck() const;
   void thread_exited(int thread);
+  // wgmma (wgmma.cpp): computes op (and the wgmmas it chains from) if not yet done.
+  void compute(WgmmaOp& op);
+  // Checked mode: the first in-flight wgmma that reads a chunk of [p, p + bytes), or null.
+  const WgmmaOp* wgmma_reading(const char* p, uint32_t bytes) const;
   void perform(PendingStore& s);
 };
 

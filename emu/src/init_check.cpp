@@ -145,10 +145,17 @@ void load_tls_symbols() {
             [](const TlsSymbol& a, const TlsSymbol& b) { return a.offset < b.offset; });
 }
 
-enum class Kind { Unwritten, InFlight, AsyncRead, AsyncWrite };
+enum class Kind { Unwritten, InFlight, AsyncRead, AsyncWrite, AccRead, AccWrite };
 // Hopper's bulk copies of the block running on this worker (flight values 0x8000 | index).
 constexpr uint16_t kAsyncFlag = 0x8000;
 thread_local std::vector<AsyncCopy> tl_async;
+// wgmma accumulators in flight, per thread of the running block (wgmma.cpp), and how many.
+struct AccWatch {
+  uintptr_t lo, hi;
+  AccInFlight info;
+};
+thread_local std::vector<std::vector<AccWatch>> tl_acc;
+thread_local int tl_acc_count = 0;
 
 struct Finding {
   Kind kind;
@@ -169,8 +176,14 @@ struct Finding {
   emu::CopyWait wait{};
   int committed = 0;
   // Kind::AsyncRead / AsyncWrite: the bulk copy whose bytes were read too early (a load's
-  // destination) or written too early (a store's source).
+  // destination) or written too early (a store's source, a wgmma's operand).
   AsyncCopy async{};
+  // Kind::AccRead / AccWrite: the wgmma that owns the registers, which of them (d[acc_index]),
+  // and the thread's wgmma groups committed and its last wait then.
+  AccInFlight acc{};
+  int acc_index = 0, acc_committed = 0;
+  const char* wait_file = nullptr;
+  int wait_line = 0, wait_n = 0, wait_committed = 0;
 };
 // Filled from kernel fibers without locks: a mutex would order the fibers for TSan and
 // hide races. take_report() keeps the first finding of each source line.
@@ -267,7 +280,8 @@ bool found_async(void* pc, uintptr_t a, size_t n, const Region& r, bool write) {
     const uint16_t v = r.flight[r.chunk(c)];
     if (!(v & kAsyncFlag) || (v & ~kAsyncFlag) >= tl_async.size()) continue;
     const AsyncCopy& copy = tl_async[v & ~kAsyncFlag];
-    const bool store = copy.kind == AsyncKind::TensorStore || copy.kind == AsyncKind::BulkStore;
+    const bool store = copy.kind == AsyncKind::TensorStore || copy.kind == AsyncKind::BulkStore ||
+                       copy.kind == AsyncKind::WgmmaRead;
     if (store != write) continue;
     const int k = g_count.fetch_add(1, std::memory_order_relaxed);
     if (k >= kMaxFindings) return true;
@@ -281,9 +295,34 @@ bool found_async(void* pc, uintptr_t a, size_t n, const Region& r, bool write) {
   return false;
 }
 
+// An ordinary access of registers that an in-flight wgmma owns.
+bool found_acc(void* pc, uintptr_t a, size_t n, bool write) {
+  const emu::Block* b = emu::current_block();
+  if (!b || b->thread_index() < 0 || size_t(b->thread_index()) >= tl_acc.size()) return false;
+  const int t = b->thread_index();
+  for (const AccWatch& w : tl_acc[size_t(t)]) {
+    if (a >= w.hi || a + n <= w.lo) continue;
+    const int k = g_count.fetch_add(1, std::memory_order_relaxed);
+    if (k >= kMaxFindings) return true;
+    Finding f{write ? Kind::AccWrite : Kind::AccRead, pc, a, n, false, 0, blockIdx, threadIdx};
+    f.acc = w.info;
+    f.acc_index = int((std::max(a, w.lo) - w.lo) / 4);
+    const emu::ThreadHopper& th = const_cast<emu::Block*>(b)->hopper().threads[size_t(t)];
+    f.acc_committed = th.wg_committed;
+    f.wait_file = th.wg_wait.file;
+    f.wait_line = th.wg_wait.line;
+    f.wait_n = th.wg_wait_n;
+    f.wait_committed = th.wg_wait_committed;
+    g_findings[k] = f;
+    return true;
+  }
+  return false;
+}
+
 inline void on_read(void* pc, const void* p, size_t n) {
   if (!tl_active) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (tl_acc_count && found_acc(pc, a, n, false)) return;
   if (a + n > tl_dynamic.hi && a < tl_slack_end && emu::current_block()->in_kernel_thread())
     fault_in_slack(pc, std::max(a, tl_dynamic.hi));
   for (Region* r : {&tl_dynamic, &tl_static}) {
@@ -302,6 +341,7 @@ inline void on_read(void* pc, const void* p, size_t n) {
 inline void on_write(void* pc, const void* p, size_t n) {
   if (!tl_active) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (tl_acc_count && found_acc(pc, a, n, true)) return;
   if (a + n > tl_dynamic.hi && a < tl_slack_end && emu::current_block()->in_kernel_thread())
     fault_in_slack(pc, std::max(a, tl_dynamic.hi));
   tl_dynamic.mark(a, n);
@@ -350,6 +390,8 @@ void begin_block(void* dynamic_shared, size_t bytes, size_t slack) {
   const uintptr_t d = reinterpret_cast<uintptr_t>(dynamic_shared);
   tl_dynamic.reset(d, d + bytes, true);
   tl_async.clear();
+  tl_acc.clear();
+  tl_acc_count = 0;
   tl_slack_end = d + bytes + slack;
   tl_active = true;
 }
@@ -473,6 +515,44 @@ std::string in_flight_report(const Finding& f, const std::string& what, const st
 
 const std::string async_read_tag = "async read|";
 const std::string async_write_tag = "async write|";
+const std::string acc_tag = "acc|";
+
+// An ordinary read or write of accumulator registers between the wgmma that owns them and the
+// wait that covers it.
+std::string acc_report(const Finding& f, const std::string& kernel, const std::string& line,
+                       const char* who) {
+  const bool write = f.kind == Kind::AccWrite;
+  const AccInFlight& c = f.acc;
+  std::string out = "emulator wgmma check: " + std::string(write ? "write" : "read") +
+                    " of accumulator registers in flight: d[" + std::to_string(f.acc_index) +
+                    "] of a wgmma's accumulators\n  in kernel " + kernel + "\n" + line +
+                    "\n  by " + who + "\n";
+  out += "  The wgmma: wgmma_mma_async issued at " + place(c.file, c.line) + " by warpgroup " +
+         std::to_string(c.warpgroup) + ", in this thread's wgmma group " +
+         std::to_string(c.group) +
+         (f.acc_committed > c.group ? "" : " (not committed yet: a wait covers only committed "
+                                           "groups; wgmma_commit_group() closes it)") +
+         ".\n";
+  if (f.acc_committed > c.group) {
+    if (f.wait_file && f.wait_committed > c.group) {
+      const int newest = f.wait_committed - 1, oldest_left = std::max(0, f.wait_committed - f.wait_n);
+      out += "  This thread's last wait, the wgmma_wait_group<" + std::to_string(f.wait_n) +
+             "> at " + place(f.wait_file, f.wait_line) + ", left its newest " +
+             std::to_string(f.wait_n) + (f.wait_n == 1 ? " group" : " groups") + " pending (" +
+             groups(oldest_left, newest) + " of 0-" + std::to_string(newest) + "), group " +
+             std::to_string(c.group) + " among them. For group " + std::to_string(c.group) +
+             " to be done there, that wait leaves at most " + std::to_string(newest - c.group) +
+             " pending: wgmma_wait_group<" + std::to_string(newest - c.group) + ">.\n";
+    } else {
+      out += "  This thread has not waited since it committed group " + std::to_string(c.group) +
+             ": no wgmma_wait_group covers it yet.\n";
+    }
+  }
+  out += "  A wgmma owns its accumulators from wgmma_mma_async to the wgmma_wait_group<N> that "
+         "covers its group: until then they hold garbage (here NaN), and a write to them is "
+         "lost or corrupts the sum.\n";
+  return out;
+}
 
 const char* async_name(AsyncKind k) {
   switch (k) {
@@ -490,6 +570,16 @@ std::string async_report(const Finding& f, const std::string& what, const std::s
                          const std::string& line, const char* who) {
   const AsyncCopy& c = f.async;
   const bool write = f.kind == Kind::AsyncWrite;
+  if (c.kind == AsyncKind::WgmmaRead)
+    return "emulator wgmma check: write of " + std::to_string(f.bytes) +
+           " bytes of dynamic shared memory that an in-flight wgmma still reads: " + what +
+           (f.span.name ? " (byte " + std::to_string(f.offset) + ")" : "") + "\n  in kernel " +
+           kernel + "\n" + line + "\n  by " + who + "\n  The wgmma: wgmma_mma_async issued at " +
+           place(c.file, c.line) + " by warpgroup " + std::to_string(c.thread) +
+           ", in its wgmma group " + std::to_string(c.group) +
+           ".\n  A wgmma may read its shared-memory operands until the wgmma_wait_group<N> that "
+           "covers its group returns: release a stage (write it, or hand it back to the "
+           "producer) only after that wait, not one wait too early.\n";
   std::string out = "emulator TMA check: " + std::string(write ? "write" : "read") + " of " +
                     std::to_string(f.bytes) + " bytes of dynamic shared memory " +
                     (write ? "that a bulk store has not read yet: "
@@ -560,20 +650,77 @@ void copy_landed(const void* dst) {
   }
 }
 
-void async_started(const void* dst, size_t bytes, const AsyncCopy& copy) {
-  if (!tl_active || tl_async.size() >= kAsyncFlag - 1) return;
+int async_started(const void* dst, size_t bytes, const AsyncCopy& copy, int handle) {
+  if (!tl_active || (handle < 0 && tl_async.size() >= kAsyncFlag - 1)) return -1;
   Region& r = tl_dynamic;
   const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
-  if (a < r.lo || a >= r.hi) return;
+  if (a < r.lo || a >= r.hi) return handle;
   if (r.flight.empty()) r.flight.assign(r.chunk(r.hi - 1) + 1, 0);
-  const uint16_t v = uint16_t(kAsyncFlag | tl_async.size());
-  tl_async.push_back(copy);
+  if (handle < 0) {
+    handle = int(tl_async.size());
+    tl_async.push_back(copy);
+  }
+  const uint16_t v = uint16_t(kAsyncFlag | handle);
   const uintptr_t end = std::min<uintptr_t>(a + bytes, r.hi);
   for (uintptr_t c = a; c < end; c += 16) {
     uint16_t& slot = r.flight[r.chunk(c)];
     if (!slot) ++r.flying;
     slot = v;
   }
+  return int(v & ~kAsyncFlag);
+}
+
+void async_release(const void* dst, size_t bytes, int handle) {
+  Region& r = tl_dynamic;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+  if (!tl_active || handle < 0 || a < r.lo || a >= r.hi || r.flight.empty()) return;
+  const uint16_t v = uint16_t(kAsyncFlag | handle);
+  const uintptr_t end = std::min<uintptr_t>(a + bytes, r.hi);
+  for (uintptr_t c = a; c < end; c += 16) {
+    uint16_t& slot = r.flight[r.chunk(c)];
+    if (slot == v) {
+      --r.flying;
+      slot = 0;
+    }
+  }
+}
+
+bool async_covering(const void* p, size_t bytes, bool loads, AsyncCopy* out) {
+  Region& r = tl_dynamic;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (!tl_active || !r.flying || a < r.lo || a >= r.hi || r.flight.empty()) return false;
+  const uintptr_t end = std::min<uintptr_t>(a + bytes, r.hi);
+  for (uintptr_t c = a; c < end; c = (c | 15) + 1) {
+    const uint16_t v = r.flight[r.chunk(c)];
+    if (!(v & kAsyncFlag) || (v & ~kAsyncFlag) >= tl_async.size()) continue;
+    const AsyncCopy& copy = tl_async[v & ~kAsyncFlag];
+    const bool load = copy.kind == AsyncKind::TensorLoad || copy.kind == AsyncKind::BulkLoad;
+    if (loads ? load : copy.kind == AsyncKind::WgmmaRead) {
+      *out = copy;
+      return true;
+    }
+  }
+  return false;
+}
+
+void acc_watch(int thread, const void* p, size_t bytes, const AccInFlight& info) {
+  if (!tl_active || thread < 0) return;
+  if (tl_acc.size() <= size_t(thread)) tl_acc.resize(size_t(thread) + 1);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  tl_acc[size_t(thread)].push_back(AccWatch{a, a + bytes, info});
+  ++tl_acc_count;
+}
+
+void acc_unwatch(int thread, const void* p) {
+  if (!tl_active || thread < 0 || size_t(thread) >= tl_acc.size()) return;
+  std::vector<AccWatch>& w = tl_acc[size_t(thread)];
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (size_t i = 0; i < w.size(); ++i)
+    if (w[i].lo == a) {
+      w.erase(w.begin() + long(i));
+      --tl_acc_count;
+      return;
+    }
 }
 
 void async_landed(const void* dst, size_t bytes) {
@@ -624,6 +771,8 @@ std::string take_report(const void* kernel_address) {
     if (g_findings[i].kind == Kind::InFlight) line = in_flight_tag + line;
     if (g_findings[i].kind == Kind::AsyncRead) line = async_read_tag + line;
     if (g_findings[i].kind == Kind::AsyncWrite) line = async_write_tag + line;
+    if (g_findings[i].kind == Kind::AccRead || g_findings[i].kind == Kind::AccWrite)
+      line = acc_tag + (g_findings[i].kind == Kind::AccWrite ? "w|" : "r|") + line;
     if (more.count(line)) ++more[line];
     else more[line] = 0, findings.emplace_back(g_findings[i], line);
   }
@@ -636,11 +785,15 @@ std::string take_report(const void* kernel_address) {
     if (in_flight) line.erase(0, in_flight_tag.size());
     const bool async = f.kind == Kind::AsyncRead || f.kind == Kind::AsyncWrite;
     if (async) line.erase(0, (f.kind == Kind::AsyncRead ? async_read_tag : async_write_tag).size());
+    const bool acc = f.kind == Kind::AccRead || f.kind == Kind::AccWrite;
+    if (acc) line.erase(0, acc_tag.size() + 2);
     char who[160];
     std::snprintf(who, sizeof who, "block (%u,%u,%u), thread (%u,%u,%u)", f.block.x, f.block.y,
                   f.block.z, f.thread.x, f.thread.y, f.thread.z);
     const std::string what = where_in(f.span, f.address, f.bytes);
-    if (async) {
+    if (acc) {
+      out += acc_report(f, kernel, line, who);
+    } else if (async) {
       out += async_report(f, what, kernel, line, who);
     } else if (in_flight) {
       out += in_flight_report(f, what, kernel, line, who);
@@ -740,7 +893,11 @@ std::string take_report(const void*) { return ""; }
 void name_region(const char*, const void*, size_t, size_t, const size_t*, int) {}
 void copy_started(const void*, int) {}
 void copy_landed(const void*) {}
-void async_started(const void*, size_t, const AsyncCopy&) {}
+int async_started(const void*, size_t, const AsyncCopy&, int) { return -1; }
+void async_release(const void*, size_t, int) {}
+bool async_covering(const void*, size_t, bool, AsyncCopy*) { return false; }
+void acc_watch(int, const void*, size_t, const AccInFlight&) {}
+void acc_unwatch(int, const void*) {}
 void async_landed(const void*, size_t) {}
 bool unfenced_write(const void*, size_t, const unsigned*, int*, void**) { return false; }
 }  // namespace emu::initcheck

@@ -21,7 +21,9 @@ void copy_started(const void* dst, int thread);
 void copy_landed(const void* dst);
 
 // Hopper's bulk copies (tma.cpp): what a report says of one. Plain data.
-enum class AsyncKind { TensorLoad, BulkLoad, TensorStore, BulkStore };
+// WgmmaRead: a wgmma's shared-memory operands, read until the wait that covers it (`thread`
+// is then its warpgroup, `group` its wgmma group).
+enum class AsyncKind { TensorLoad, BulkLoad, TensorStore, BulkStore, WgmmaRead };
 struct AsyncCopy {
   AsyncKind kind;
   const char* file;  // where it was issued
@@ -35,9 +37,27 @@ struct AsyncCopy {
   int group;  // stores: the issuing thread's bulk group
 };
 // [dst, dst + bytes) of the running block's dynamic shared memory: a load's destination in
-// flight (a read of it is reported), or a store's source not yet read (a write is reported).
-void async_started(const void* dst, size_t bytes, const AsyncCopy& copy);
+// flight (a read of it is reported), or a store's source or a wgmma's operand not yet read (a
+// write is reported). Returns a handle for async_release (-1: none); `handle` >= 0 adds the
+// range to that copy (a wgmma's operands are several ranges).
+int async_started(const void* dst, size_t bytes, const AsyncCopy& copy, int handle = -1);
 void async_landed(const void* dst, size_t bytes);
+// The chunks of [dst, dst + bytes) that copy `handle` still marks are read now.
+void async_release(const void* dst, size_t bytes, int handle);
+// Does a copy in flight cover some chunk of [p, p + bytes): a load into it (loads), or a
+// wgmma still reading it (!loads)? Then *out says which.
+bool async_covering(const void* p, size_t bytes, bool loads, AsyncCopy* out);
+// wgmma's accumulators in flight (wgmma.cpp): thread `thread`'s registers [p, p + bytes)
+// belong to the wgmma issued at file:line until its covering wait; an ordinary read or write
+// of them in between is reported.
+struct AccInFlight {
+  const char* file;
+  int line;
+  int group;      // the thread's wgmma group the wgmma is in
+  int warpgroup;
+};
+void acc_watch(int thread, const void* p, size_t bytes, const AccInFlight& info);
+void acc_unwatch(int thread, const void* p);
 // A store's source: did a thread write some 16 bytes of [src, src + bytes) with ordinary
 // stores and not call fence.proxy.async since? Then *thread and *pc say which write.
 // `fences` gives each thread's fence.proxy.async count so far.

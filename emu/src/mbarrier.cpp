@@ -50,6 +50,7 @@ void Hopper::begin_block(Block* b) {
   threads.clear();
   for (NamedBarrier& n : named) n = NamedBarrier{};
   registers.clear();
+  meets.clear();
   progress = 0;
   progress_at_timeout = ~0ull;
   idle_timeouts = 0;
@@ -61,6 +62,7 @@ void Hopper::use() {
   const size_t n = block->threads().size();
   threads.assign(n, ThreadHopper{});
   registers.assign((n + 127) / 128, {});
+  meets.assign((n + 127) / 128, WgmmaMeet{});
 }
 
 Mbarrier& Hopper::barrier(void* bar, const char* what, const Site& at) {
@@ -183,6 +185,16 @@ std::string Hopper::describe_stuck() const {
              (c.tensor ? "cp.async.bulk.tensor" : "cp.async.bulk") + " issued at " +
              place(c.issued) + " by thread " + std::to_string(c.thread) + "\n";
   }
+  for (size_t w = 0; w < meets.size(); ++w)
+    if (meets[w].arrived) {
+      std::vector<int> missing;
+      for (int t = int(w) * 128; t < int(w + 1) * 128 && t < int(ts.size()); ++t)
+        if (!(ts[t].wait == Wait::Warpgroup)) missing.push_back(t);
+      out += "  warpgroup " + std::to_string(w) + ": " + std::to_string(meets[w].arrived) +
+             " of its 128 threads arrived at the wgmma_mma_async at " + place(meets[w].at) +
+             "; threads " + thread_ranges(missing) +
+             " have not (wgmma is .sync.aligned: all 128 threads of a warpgroup issue it)\n";
+    }
   for (unsigned id = 1; id < 16; ++id)
     if (named[id].count)
       out += "  named barrier " + std::to_string(id) + ": " + std::to_string(named[id].arrived) +

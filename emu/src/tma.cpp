@@ -103,6 +103,18 @@ void require_global(Block* b, const void* p, size_t bytes, const char* what, con
 PendingLoad& start_load(Block* b, Mbarrier& m, void* dst, uint32_t bytes, bool tensor,
                         const Site& at) {
   Hopper& h = b->hopper();
+  if (race::kEnabled)
+    if (const WgmmaOp* w = h.wgmma_reading(static_cast<const char*>(dst), bytes)) {
+      const uint32_t d = hopper::kDynamicSharedBase + uint32_t(static_cast<char*>(dst) - shared_window().lo);
+      b->fail_here("emulator wgmma check: " + std::string(tensor ? "tma_load" : "bulk_load") +
+                   " at " + place(at) + " writes shared memory (" + std::to_string(bytes) +
+                   " bytes at shared " + hex_address(d) + ") that the wgmma_mma_async issued at " +
+                   place(w->at) + " by warpgroup " + std::to_string(w->warpgroup) +
+                   " still reads: its wgmma group " + std::to_string(w->group) +
+                   " is not covered by a wgmma_wait_group yet. The stage was released one wait "
+                   "too early: a consumer hands a stage back to the producer only after the "
+                   "wgmma_wait_group<N> that covers the wgmmas reading it.");
+    }
   h.land(m);  // a phase whose arrivals are in completes before this copy joins the next
   m.flying.push_back(PendingLoad{static_cast<char*>(dst), std::vector<unsigned char>(bytes), at,
                                  b->thread_index(), tensor});

@@ -1,6 +1,6 @@
 // Hopper's asynchronous machinery (sm_90a), one source for the GPU and the emulator: the
-// shared window, mbarrier, TMA and bulk copies, the swizzle, proxy fences, named barriers and
-// setmaxnreg. See each header.
+// shared window, mbarrier, TMA and bulk copies, the swizzle, proxy fences, named barriers,
+// setmaxnreg and wgmma. See each header.
 #pragma once
 
 #include "pa/hopper/mbarrier.h"
@@ -8,3 +8,4 @@
 #include "pa/hopper/swizzle.h"
 #include "pa/hopper/sync.h"
 #include "pa/hopper/tma.h"
+#include "pa/hopper/wgmma.h"

@@ -394,4 +394,429 @@ TEST(HopperHazards, AnArrivalTooManyIsNamed) {
                                  "initialised for"));
 }
 
+// ==== wgmma's hazards ===========================================================================
+// The operands: A 64 x 16 and B 8 x 16 fp16, K-major with a 32-byte swizzle (one TMA box of
+// 16 x rows each), at the start of the block's dynamic shared memory; the barrier after them.
+struct WgTiles {
+  pa::half* a;
+  pa::half* b;
+  uint64_t* bar;
+};
+__device__ WgTiles wg_tiles(unsigned char* smem) {
+  return {reinterpret_cast<pa::half*>(smem), reinterpret_cast<pa::half*>(smem + 2048),
+          reinterpret_cast<uint64_t*>(smem + 2304)};
+}
+__device__ uint64_t wg_desc(const pa::half* tile) {
+  return pa::wgmma_descriptor(tile, 16, 256, pa::WgmmaSwizzle::B32);
+}
+// Every element of A is a, of B b (so the swizzle does not matter): D = 16 a b + C.
+constexpr int kWgFillBLine = __LINE__ + 3;
+__device__ void wg_fill(WgTiles s, float a, float b) {
+  for (int i = threadIdx.x; i < 64 * 16; i += blockDim.x) s.a[i] = pa::from_float<pa::half>(a);
+  for (int i = threadIdx.x; i < 8 * 16; i += blockDim.x) s.b[i] = pa::from_float<pa::half>(b);
+}
+constexpr size_t kWgShared = 4096;
+
+std::string wg_course_line(int line) { return "tests/emu/" + file_line(line); }
+
+// ---- Accumulators read or written between wgmma_mma_async and the wait that covers it. ------
+// mode 0: right; 1: acc1 read before any wait; 2: acc1 read after wait_group<1>, which leaves
+// its group pending; 3: acc1 written (a rescale) in flight.
+constexpr int kAccIssue1Line = __LINE__ + 17;
+constexpr int kAccRead1Line = __LINE__ + 19;
+constexpr int kAccWaitLine = __LINE__ + 19;
+constexpr int kAccRead2Line = __LINE__ + 19;
+constexpr int kAccWriteLine = __LINE__ + 19;
+__global__ void acc_in_flight_kernel(int mode, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  const int t = threadIdx.x;
+  wg_fill(s, 1.f, 1.f);
+  pa::fence_proxy_async();
+  __syncthreads();
+  pa::WgmmaAcc<8> acc0, acc1;
+  for (int i = 0; i < 4; ++i) acc0.d[i] = acc1.d[i] = 0.f;
+  pa::wgmma_fence();
+  pa::wgmma_mma_async<pa::half>(acc0, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_mma_async<pa::half>(acc1, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  float early = 0.f;
+  if (mode == 1) early = acc1.d[0];  // before any wait
+  pa::wgmma_wait_group<1>(acc0);
+  if (mode == 2) early = acc1.d[0];  // group 1 is still pending
+  if (mode == 3) acc1.d[0] = 1.f;    // lost: the wgmma's result lands over it
+  pa::wgmma_wait_group<0>(acc1);
+  out[t] = mode == 1 || mode == 2 ? early : acc1.d[0];
+  out[128 + t] = acc0.d[0];
+}
+
+TEST(HopperWgmmaHazards, AccumulatorsTouchedInFlightAreCaught) {
+  pa::DeviceBuffer<float> out(256);
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    EXPECT_EQ(error_of([&] { pa::launch(acc_in_flight_kernel, dim3(1), dim3(128), kWgShared, nullptr, 0, out.get()); }),
+              "(no error)");
+    const std::vector<float> h = out.download();
+    for (int t = 0; t < 256; ++t) ASSERT_EQ(h[size_t(t)], 16.f) << order << " " << t;
+  }
+  std::string msg[4];
+  for (int mode = 1; mode <= 3; ++mode)
+    msg[mode] = error_of([&] {
+      pa::launch(acc_in_flight_kernel, dim3(1), dim3(128), kWgShared, nullptr, mode, out.get());
+    });
+#if defined(PA_EMU_CHECK)
+  EXPECT_TRUE(contains_text(msg[1], "emulator wgmma check: read of accumulator registers in flight: "
+                                    "d[0] of a wgmma's accumulators"));
+  EXPECT_TRUE(contains_text(msg[1], file_line(kAccRead1Line)));
+  EXPECT_TRUE(contains_text(msg[1], "The wgmma: wgmma_mma_async issued at " +
+                                        wg_course_line(kAccIssue1Line) +
+                                        " by warpgroup 0, in this thread's wgmma group 1."));
+  EXPECT_TRUE(contains_text(msg[1], "This thread has not waited since it committed group 1: no "
+                                    "wgmma_wait_group covers it yet."));
+  EXPECT_TRUE(contains_text(msg[2], file_line(kAccRead2Line)));
+  EXPECT_TRUE(contains_text(msg[2], "This thread's last wait, the wgmma_wait_group<1> at " +
+                                        wg_course_line(kAccWaitLine) +
+                                        ", left its newest 1 group pending (group 1 of 0-1), group 1 "
+                                        "among them. For group 1 to be done there, that wait "
+                                        "leaves at most 0 pending: wgmma_wait_group<0>."));
+  EXPECT_TRUE(contains_text(msg[3], "emulator wgmma check: write of accumulator registers in "
+                                    "flight: d[0]"));
+  EXPECT_TRUE(contains_text(msg[3], file_line(kAccWriteLine)));
+#else
+  // The plain emulator: in flight, accumulators hold NaN; a write in flight is lost.
+  for (int mode = 1; mode <= 3; ++mode) EXPECT_EQ(msg[mode], "(no error)");
+  for (int mode = 1; mode <= 3; ++mode)
+    for (const char* order : kOrders) {
+      ScheduleScope scope(order);
+      pa::launch(acc_in_flight_kernel, dim3(1), dim3(128), kWgShared, nullptr, mode, out.get());
+      const std::vector<float> h = out.download();
+      for (int t = 0; t < 128; ++t) {
+        if (mode == 3) ASSERT_EQ(h[size_t(t)], 16.f) << order << " thread " << t;  // not 1
+        else ASSERT_TRUE(std::isnan(h[size_t(t)])) << order << " mode " << mode << " thread " << t;
+        ASSERT_EQ(h[128 + size_t(t)], 16.f);
+      }
+    }
+#endif
+}
+
+// ---- A stage released one wait too early: overwritten by the next TMA load (mode 1) or by
+// ordinary stores (mode 2) while the wgmma that reads it is still in flight. --------------
+// A is 64 x 32 and B 8 x 32 in global memory: two k-blocks through one stage.
+constexpr int kStageIssueLine = __LINE__ + 22;
+constexpr int kStageRefillLine = __LINE__ + 28;
+constexpr int kStageStoreLine = __LINE__ + 35;
+__global__ void early_release_kernel(const __grid_constant__ pa::TensorMap map_a,
+                                     const __grid_constant__ pa::TensorMap map_b, int mode, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  const int t = threadIdx.x;
+  if (t == 0) {
+    pa::mbarrier_init(s.bar, 1);
+    pa::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (t == 0) {
+    pa::mbarrier_arrive_expect_tx(s.bar, 2048 + 256);
+    pa::tma_load_2d(s.a, map_a, 0, 0, s.bar);
+    pa::tma_load_2d(s.b, map_b, 0, 0, s.bar);
+  }
+  pa::mbarrier_wait_parity(s.bar, 0);
+  pa::WgmmaAcc<8> acc;
+  for (int i = 0; i < 4; ++i) acc.d[i] = 0.f;
+  pa::wgmma_fence();
+  pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  if (mode == 0) pa::wgmma_wait_group<0>(acc);  // the right place: the stage is read
+  __syncthreads();                               // the stage is released
+  if (mode != 2) {
+    if (t == 0) {
+      pa::mbarrier_arrive_expect_tx(s.bar, 2048 + 256);
+      pa::tma_load_2d(s.a, map_a, 16, 0, s.bar);
+      pa::tma_load_2d(s.b, map_b, 16, 0, s.bar);
+    }
+    pa::mbarrier_wait_parity(s.bar, 1);
+    pa::wgmma_fence();
+    pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), wg_desc(s.b));
+    pa::wgmma_commit_group();
+  } else {
+    for (int i = t; i < 64 * 16; i += blockDim.x) s.a[i] = pa::from_float<pa::half>(0.f);
+  }
+  pa::wgmma_wait_group<0>(acc);
+  for (int i = 0; i < 4; ++i) out[acc.row(i, t) * 8 + acc.col(i, t)] = acc.d[i];
+}
+
+TEST(HopperWgmmaHazards, AStageReleasedOneWaitTooEarlyIsCaught) {
+  std::vector<pa::half> a(64 * 32), b(8 * 32);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = pa::from_float<pa::half>(float(int(i % 7) - 3));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = pa::from_float<pa::half>(float(int(i % 5) - 2));
+  pa::DeviceBuffer<pa::half> da(a), db(b);
+  auto map = [](const pa::half* g, int rows) {
+    pa::TensorMapSpec spec;
+    spec.dtype = pa::TmaDtype::F16;
+    spec.global = g;
+    spec.dims[0] = 32, spec.dims[1] = uint64_t(rows);
+    spec.strides[0] = 64;
+    spec.box[0] = 16, spec.box[1] = uint32_t(rows);
+    spec.swizzle = pa::TmaSwizzle::B32;
+    return pa::encode_tensor_map(spec);
+  };
+  const pa::TensorMap ma = map(da.get(), 64), mb = map(db.get(), 8);
+  auto want = [&](int m, int n, int k0, int k1) {
+    float sum = 0.f;
+    for (int k = k0; k < k1; ++k) sum += pa::to_float(a[size_t(m * 32 + k)]) * pa::to_float(b[size_t(n * 32 + k)]);
+    return sum;
+  };
+  pa::DeviceBuffer<float> out(64 * 8);
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    EXPECT_EQ(error_of([&] { pa::launch(early_release_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, 0, out.get()); }),
+              "(no error)");
+    const std::vector<float> h = out.download();
+    for (int m = 0; m < 64; ++m)
+      for (int n = 0; n < 8; ++n) ASSERT_EQ(h[size_t(m * 8 + n)], want(m, n, 0, 32)) << order;
+  }
+  const std::string msg1 = error_of([&] {
+    pa::launch(early_release_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, 1, out.get());
+  });
+  const std::vector<float> h1 = out.download();
+  const std::string msg2 = error_of([&] {
+    pa::launch(early_release_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, 2, out.get());
+  });
+  const std::vector<float> h2 = out.download();
+#if defined(PA_EMU_CHECK)
+  EXPECT_TRUE(contains_text(msg1, "emulator wgmma check: tma_load at " + wg_course_line(kStageRefillLine) +
+                                      " writes shared memory (2048 bytes at shared 0x0400) that the "
+                                      "wgmma_mma_async issued at " + wg_course_line(kStageIssueLine) +
+                                      " by warpgroup 0 still reads: its wgmma group 0 is not "
+                                      "covered by a wgmma_wait_group yet. The stage was released "
+                                      "one wait too early"));
+  EXPECT_TRUE(contains_text(msg2, "emulator wgmma check: write of 2 bytes of dynamic shared memory "
+                                  "that an in-flight wgmma still reads"));
+  EXPECT_TRUE(contains_text(msg2, file_line(kStageStoreLine)));
+  EXPECT_TRUE(contains_text(msg2, "The wgmma: wgmma_mma_async issued at " +
+                                      wg_course_line(kStageIssueLine) +
+                                      " by warpgroup 0, in its wgmma group 0."));
+  (void)h1, (void)h2;
+#else
+  // The plain emulator reads a wgmma's operands at the wait that covers it: the first k-block's
+  // wgmma reads the second k-block (mode 1: twice the second block's product) or the zeros
+  // stored over A (mode 2: whatever of them are stored by then; all of them but under greedy
+  // order, where thread 0 reaches the wait first), never the right sum.
+  EXPECT_EQ(msg1, "(no error)");
+  EXPECT_EQ(msg2, "(no error)");
+  int right = 0;
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 8; ++n) {
+      ASSERT_EQ(h1[size_t(m * 8 + n)], 2 * want(m, n, 16, 32)) << m << "," << n;
+      right += h2[size_t(m * 8 + n)] == want(m, n, 0, 32);
+    }
+  EXPECT_LT(right, 64 * 8 / 2);
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    pa::launch(early_release_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, 2, out.get());
+    const std::vector<float> h = out.download();
+    if (std::string(order) != "greedy")
+      for (int i = 0; i < 64 * 8; ++i) ASSERT_EQ(h[size_t(i)], 0.f) << order << " " << i;
+  }
+#endif
+}
+
+// ---- A generic-proxy write that a wgmma reads without fence.proxy.async (checked mode; the
+// plain emulator has no proxies, and the answer is right there). ---------------------------
+__global__ void unfenced_operand_kernel(bool fence, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  wg_fill(s, 1.f, 2.f);
+  if (fence) pa::fence_proxy_async();
+  __syncthreads();
+  pa::WgmmaAcc<8> acc;
+  for (int i = 0; i < 4; ++i) acc.d[i] = 0.f;
+  pa::wgmma_fence();
+  pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+  out[threadIdx.x] = acc.d[0];
+}
+
+TEST(HopperWgmmaHazards, AnOrdinaryStoreReadByWgmmaWithoutAProxyFenceIsNamed) {
+  pa::DeviceBuffer<float> out(128);
+  EXPECT_EQ(error_of([&] { pa::launch(unfenced_operand_kernel, dim3(1), dim3(128), kWgShared, nullptr, true, out.get()); }),
+            "(no error)");
+  EXPECT_EQ(out.download()[5], 32.f);
+  const std::string msg = error_of([&] {
+    pa::launch(unfenced_operand_kernel, dim3(1), dim3(128), kWgShared, nullptr, false, out.get());
+  });
+#if defined(PA_EMU_CHECK)
+  EXPECT_TRUE(contains_text(msg, "emulator wgmma check: wgmma_mma_async<fp16> m64n8k16 (A: "
+                                 "descriptor 0xc000001000010040, K-major; B: descriptor "
+                                 "0xc0000010000100c0, K-major; D += A * B) at tests/emu/"));
+  EXPECT_TRUE(contains_text(msg, " reads B from shared memory that thread ("));
+  EXPECT_TRUE(contains_text(msg, ") wrote with an ordinary store, and that thread has not called "
+                                 "fence_proxy_async since:"));
+  EXPECT_TRUE(contains_text(msg, file_line(kWgFillBLine)));  // B's store, in wg_fill
+#else
+  EXPECT_EQ(msg, "(no error)");
+  EXPECT_EQ(out.download()[5], 32.f);
+#endif
+}
+
+// ---- A missing wgmma_fence: none before the first wgmma (mode 1), or none between a rescale
+// of the accumulators and the wgmma that accumulates onto them (mode 2). Both builds name it.
+constexpr int kFenceIssueLine = __LINE__ + 11;
+constexpr int kFenceWaitLine = __LINE__ + 12;
+__global__ void missing_fence_kernel(int mode, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  wg_fill(s, 1.f, 1.f);
+  pa::fence_proxy_async();
+  __syncthreads();
+  pa::WgmmaAcc<8> acc;
+  for (int i = 0; i < 4; ++i) acc.d[i] = 0.f;
+  if (mode != 1) pa::wgmma_fence();
+  pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+  for (int i = 0; i < 4; ++i) acc.d[i] *= 0.5f;  // a rescale, as online softmax does
+  if (mode == 0) pa::wgmma_fence();
+  pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+  out[threadIdx.x] = acc.d[0];
+}
+
+TEST(HopperWgmmaHazards, AMissingWgmmaFenceIsNamed) {
+  pa::DeviceBuffer<float> out(128);
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    EXPECT_EQ(error_of([&] { pa::launch(missing_fence_kernel, dim3(1), dim3(128), kWgShared, nullptr, 0, out.get()); }),
+              "(no error)");
+    EXPECT_EQ(out.download()[7], 24.f);
+  }
+  const std::string msg1 = error_of([&] {
+    pa::launch(missing_fence_kernel, dim3(1), dim3(128), kWgShared, nullptr, 1, out.get());
+  });
+  EXPECT_TRUE(contains_text(msg1, "emulator wgmma check: wgmma_mma_async<fp16> m64n8k16"));
+  EXPECT_TRUE(contains_text(msg1, "at " + wg_course_line(kFenceIssueLine) +
+                                      ": thread (0,0,0) (warpgroup 0) has not called "
+                                      "wgmma_fence() before its first wgmma."));
+  const std::string msg2 = error_of([&] {
+    pa::launch(missing_fence_kernel, dim3(1), dim3(128), kWgShared, nullptr, 2, out.get());
+  });
+  EXPECT_TRUE(contains_text(msg2, "accumulates into registers that thread (0,0,0) (warpgroup 0) "
+                                  "changed with ordinary code after the wgmma_wait_group at " +
+                                      wg_course_line(kFenceWaitLine) +
+                                      " handed them back (d[0] was 16.000000, is 8.000000), with "
+                                      "no wgmma_fence() since."));
+}
+
+// ---- .sync.aligned: a warpgroup whose threads pass different descriptors (mode 1), a block
+// too small for a warpgroup (mode 2), a warp that skips the wgmma (mode 3: a deadlock). -----
+constexpr int kAlignedLine = __LINE__ + 12;
+__global__ void unaligned_kernel(int mode) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  wg_fill(s, 1.f, 1.f);
+  pa::fence_proxy_async();
+  __syncthreads();
+  pa::WgmmaAcc<8> acc;
+  for (int i = 0; i < 4; ++i) acc.d[i] = 0.f;
+  pa::wgmma_fence();
+  const uint64_t db = mode == 1 && threadIdx.x >= 64 ? pa::wgmma_descriptor_advance(wg_desc(s.b), 32) : wg_desc(s.b);
+  if (mode != 3 || threadIdx.x < 96)
+    pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), db);
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+}
+
+TEST(HopperWgmmaHazards, AWarpgroupThatDoesNotIssueTogetherIsNamed) {
+  const std::string msg1 = error_of([] { pa::launch(unaligned_kernel, dim3(1), dim3(128), kWgShared, nullptr, 1); });
+  EXPECT_TRUE(contains_text(msg1, "emulator wgmma check: wgmma is .sync.aligned: the 128 threads "
+                                  "of warpgroup 0 issue the same one, with the same shape and "
+                                  "descriptors. This thread called wgmma_mma_async<fp16> m64n8k16"));
+  EXPECT_TRUE(contains_text(msg1, ", the first of its warpgroup to arrive, wgmma_mma_async<fp16>"));
+  EXPECT_TRUE(contains_text(msg1, wg_course_line(kAlignedLine)));
+  const std::string msg2 = error_of([] { pa::launch(unaligned_kernel, dim3(1), dim3(64), kWgShared, nullptr, 2); });
+  EXPECT_TRUE(contains_text(msg2, "a wgmma is issued by a warpgroup, 4 warps (128 threads) "
+                                  "starting at a warp index divisible by 4; this thread is in "
+                                  "warpgroup 0 (threads 0-127), but the block has 64 threads"));
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    const std::string msg3 = error_of([] { pa::launch(unaligned_kernel, dim3(1), dim3(128), kWgShared, nullptr, 3); });
+    EXPECT_TRUE(contains_text(msg3, "deadlock in block (0,0,0): no thread can move.")) << order;
+    EXPECT_TRUE(contains_text(msg3, "threads 0-95 wait in wgmma_mma_async at " + wg_course_line(kAlignedLine)));
+    EXPECT_TRUE(contains_text(msg3, "warpgroup 0: 96 of its 128 threads arrived at the "
+                                    "wgmma_mma_async at " + wg_course_line(kAlignedLine) +
+                                    "; threads 96-127 have not (wgmma is .sync.aligned"));
+  }
+}
+
+// ---- A wgmma that reads a TMA destination before the barrier phase its bytes complete on.
+constexpr int kEarlyWgmmaLine = __LINE__ + 20;
+constexpr int kEarlyTmaLine = __LINE__ + 13;
+__global__ void early_wgmma_kernel(const __grid_constant__ pa::TensorMap map_a,
+                                   const __grid_constant__ pa::TensorMap map_b, bool wait, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  if (threadIdx.x == 0) {
+    pa::mbarrier_init(s.bar, 1);
+    pa::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    pa::mbarrier_arrive_expect_tx(s.bar, 2048 + 256);
+    pa::tma_load_2d(s.a, map_a, 0, 0, s.bar);
+    pa::tma_load_2d(s.b, map_b, 0, 0, s.bar);
+  }
+  if (wait) pa::mbarrier_wait_parity(s.bar, 0);
+  pa::WgmmaAcc<8> acc;
+  for (int i = 0; i < 4; ++i) acc.d[i] = 0.f;
+  pa::wgmma_fence();
+  pa::wgmma_mma_async<pa::half>(acc, wg_desc(s.a), wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+  if (!wait) pa::mbarrier_wait_parity(s.bar, 0);
+  out[threadIdx.x] = acc.d[0];
+}
+
+TEST(HopperWgmmaHazards, AWgmmaBeforeItsTmaPhaseIsCaught) {
+  std::vector<pa::half> ones(64 * 16, pa::from_float<pa::half>(1.f));
+  pa::DeviceBuffer<pa::half> da(ones), db(std::vector<pa::half>(ones.begin(), ones.begin() + 8 * 16));
+  auto map = [](const pa::half* g, int rows) {
+    pa::TensorMapSpec spec;
+    spec.dtype = pa::TmaDtype::F16;
+    spec.global = g;
+    spec.dims[0] = 16, spec.dims[1] = uint64_t(rows);
+    spec.strides[0] = 32;
+    spec.box[0] = 16, spec.box[1] = uint32_t(rows);
+    spec.swizzle = pa::TmaSwizzle::B32;
+    return pa::encode_tensor_map(spec);
+  };
+  const pa::TensorMap ma = map(da.get(), 64), mb = map(db.get(), 8);
+  pa::DeviceBuffer<float> out(128);
+  EXPECT_EQ(error_of([&] { pa::launch(early_wgmma_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, true, out.get()); }),
+            "(no error)");
+  EXPECT_EQ(out.download()[9], 16.f);
+  const std::string msg = error_of([&] {
+    pa::launch(early_wgmma_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, false, out.get());
+  });
+#if defined(PA_EMU_CHECK)
+  EXPECT_TRUE(contains_text(msg, "emulator TMA check: wgmma_mma_async<fp16> m64n8k16"));
+  EXPECT_TRUE(contains_text(msg, "at " + wg_course_line(kEarlyWgmmaLine) +
+                                     " reads B from shared memory that the tma_load issued at " +
+                                     wg_course_line(kEarlyTmaLine) +
+                                     " by thread 0 has not landed in yet: its bytes complete on "
+                                     "the mbarrier at shared 0x0d00"));
+  EXPECT_TRUE(contains_text(msg, "in its phase 0 (parity 0). Wait for that phase"));
+#else
+  EXPECT_EQ(msg, "(no error)");
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    pa::launch(early_wgmma_kernel, dim3(1), dim3(128), kWgShared, nullptr, ma, mb, false, out.get());
+    const std::vector<float> h = out.download();
+    for (int t = 0; t < 128; ++t) ASSERT_TRUE(std::isnan(h[size_t(t)])) << order << " thread " << t;
+  }
+#endif
+}
+
 }  // namespace

@@ -4,8 +4,11 @@
 // order. On an older GPU they skip.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../common/compare.h"  // error_of, contains_text
@@ -517,3 +520,450 @@ TEST(HopperTensorMap, TheEncoderRefusesWhatTheDriverRefuses) {
 }
 
 }  // namespace
+
+// ---- wgmma ----------------------------------------------------------------------------------
+// The descriptor's bit fields, against values worked out by hand from the PTX ISA's "Matrix
+// Descriptor Format" (start address, LBO and SBO as (x & 0x3FFFF) >> 4 in bits 0-13, 16-29,
+// 32-45; base offset in 49-51; swizzle in 62-63: 1 = 128B, 2 = 64B, 3 = 32B) and its examples
+// (MN-major bf16 with a 64B swizzle: LBO 256 elements, SBO 512: encoded 32 and 64).
+TEST(HopperWgmma, DescriptorBitFieldsAreThePtxIsas) {
+  using pa::WgmmaSwizzle;
+  // 0x1400 >> 4 = 0x140; 256 >> 4 = 0x10 at bit 16; 1024 >> 4 = 0x40 at bit 32; 128B = 1 << 62.
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0x1400, 256, 1024, WgmmaSwizzle::B128),
+            0x4000004000100140ull);
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0x1400, 256, 1024, WgmmaSwizzle::B64),
+            0x8000004000100140ull);
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0x1400, 256, 1024, WgmmaSwizzle::B32),
+            0xC000004000100140ull);
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0x1400, 256, 1024, WgmmaSwizzle::None),
+            0x0000004000100140ull);
+  // The ISA's examples: MN-major 64B bf16 (LBO 512 bytes -> 32, SBO 1024 -> 64); K-major
+  // tf32 without swizzle (LBO 64 x 4 bytes -> 16, SBO 32 x 4 -> 8).
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0, 512, 1024, WgmmaSwizzle::B64),
+            (uint64_t(32) << 16) | (uint64_t(64) << 32) | (uint64_t(2) << 62));
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0, 256, 128, WgmmaSwizzle::None),
+            (uint64_t(16) << 16) | (uint64_t(8) << 32));
+  // The base offset's three bits; addresses past 18 bits and the low 4 bits are dropped.
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0, 0, 0, WgmmaSwizzle::B128, 5),
+            (uint64_t(5) << 49) | (uint64_t(1) << 62));
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0x40417, 16, 0, WgmmaSwizzle::None), 0x41ull | (1ull << 16));
+  EXPECT_EQ(pa::wgmma_descriptor_bits(0x3FFF0, 0x3FFF0, 0x3FFF0, WgmmaSwizzle::B32),
+            0x3FFFull | (0x3FFFull << 16) | (0x3FFFull << 32) | (3ull << 62));
+  // Advancing the start address by 32 bytes (the next k-step of fp16 in a swizzled row)
+  // changes only its field.
+  const uint64_t d = pa::wgmma_descriptor_bits(0x1400, 16, 1024, WgmmaSwizzle::B128);
+  EXPECT_EQ(pa::wgmma_descriptor_advance(d, 32), d + 2);
+  EXPECT_EQ(pa::wgmma_descriptor_advance(pa::wgmma_descriptor_bits(0x3FFF0, 16, 0, WgmmaSwizzle::None), 16),
+            pa::wgmma_descriptor_bits(0, 16, 0, WgmmaSwizzle::None));
+  // The accumulator fragment: thread 37 (warp 1, lane 5: g = 1, q = 1).
+  using Acc = pa::WgmmaAcc<64>;
+  EXPECT_EQ(Acc::row(0, 37), 17);
+  EXPECT_EQ(Acc::col(0, 37), 2);
+  EXPECT_EQ(Acc::row(3, 37), 25);
+  EXPECT_EQ(Acc::col(3, 37), 3);
+  EXPECT_EQ(Acc::row(4, 37), 17);
+  EXPECT_EQ(Acc::col(4, 37), 10);
+  EXPECT_EQ(Acc::row(31, 127), 63);
+  EXPECT_EQ(Acc::col(31, 127), 63);
+}
+
+// The operand tiles of the GEMM tests, K-major, as TMA boxes of one swizzle span place them:
+// a tile of `rows` x K is K / cw boxes of rows x (cw elements of k), cw = W / size (no
+// swizzle: 8, one 16-byte chunk), each box rows of W bytes one after another; then the
+// swizzle of the shared address (pa::swizzle_address). The byte offset of (r, k) before it:
+__host__ __device__ constexpr uint32_t kmajor_offset(uint32_t r, uint32_t k, uint32_t rows,
+                                                     uint32_t sw, uint32_t size) {
+  const uint32_t row_bytes = sw ? sw : 16, cw = row_bytes / size;
+  return (k / cw) * rows * row_bytes + r * row_bytes + (k % cw) * size;
+}
+// The descriptor of k-step s (32 bytes of k: 16 fp16 elements, 32 fp8) of such a tile at
+// `tile`: swizzled, the start moves along the row and SBO is 8 rows (LBO unused: 16); no
+// swizzle, k-step s is boxes 2 s and 2 s + 1, LBO the distance between them and SBO 8 rows of
+// 16 bytes.
+template <typename E>
+__device__ uint64_t kmajor_desc(const E* tile, uint32_t s, uint32_t rows, uint32_t sw) {
+  const uint32_t row_bytes = sw ? sw : 16;
+  return pa::wgmma_descriptor(reinterpret_cast<const unsigned char*>(tile) +
+                                  kmajor_offset(0, s * uint32_t(32 / sizeof(E)), rows, sw, sizeof(E)),
+                              sw ? 16 : rows * 16, 8 * row_bytes, static_cast<pa::WgmmaSwizzle>(sw));
+}
+// Ordinary stores of a row-major rows x K global matrix into such a tile, swizzled as TMA
+// would, then fence.proxy.async (wgmma reads through the async proxy).
+template <typename E>
+__device__ void store_kmajor(E* tile, const E* g, int rows, int k_total, uint32_t sw) {
+  const uint32_t base = pa::smem_address(tile);
+  for (int i = threadIdx.x; i < rows * k_total; i += blockDim.x) {
+    const uint32_t at = pa::swizzle_address(
+        base + kmajor_offset(uint32_t(i / k_total), uint32_t(i % k_total), uint32_t(rows), sw, sizeof(E)), sw);
+    tile[(at - base) / sizeof(E)] = g[i];
+  }
+}
+
+template <typename E>
+pa::TensorMap kmajor_map(const E* g, int rows, int k_total, uint32_t sw) {
+  pa::TensorMapSpec s;
+  s.dtype = std::is_same<E, pa::half>::value   ? pa::TmaDtype::F16
+            : std::is_same<E, pa::bf16>::value ? pa::TmaDtype::BF16
+                                               : pa::TmaDtype::U8;
+  s.rank = 2;
+  s.global = g;
+  s.dims[0] = uint64_t(k_total), s.dims[1] = uint64_t(rows);
+  s.strides[0] = uint64_t(k_total) * sizeof(E);
+  s.box[0] = (sw ? sw : 16) / sizeof(E), s.box[1] = uint32_t(rows);
+  s.swizzle = static_cast<pa::TmaSwizzle>(sw);
+  return pa::encode_tensor_map(s);
+}
+
+using e4m3 = __nv_fp8_e4m3;
+template <typename E>
+E element_of(float x) {
+  if constexpr (std::is_same<E, e4m3>::value) return e4m3(x);
+  else return pa::from_float<E>(x);
+}
+template <typename E>
+float float_of(E x) {
+  if constexpr (std::is_same<E, e4m3>::value) return float(x);
+  else return pa::to_float(x);
+}
+
+template <typename E>
+std::vector<E> random_matrix(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<E> v(n);
+  for (E& x : v) x = element_of<E>(dist(rng));
+  return v;
+}
+
+// D = C + A * B^T with A 64 x K and Bt N x K, row-major, checked against a host GEMM in
+// double (from the same rounded inputs). C(m, n) = 0.25 ((m + n) % 5).
+template <typename E>
+void expect_gemm(const std::vector<float>& got, const std::vector<E>& a, const std::vector<E>& bt,
+                 int m_rows, int n, int k_total, bool with_c, int k_first = 0, int k_count = -1) {
+  if (k_count < 0) k_count = k_total;
+  for (int m = 0; m < m_rows; ++m)
+    for (int j = 0; j < n; ++j) {
+      double want = with_c ? 0.25 * ((m + j) % 5) : 0.0;
+      for (int k = k_first; k < k_first + k_count; ++k)
+        want += double(float_of(a[size_t(m) * size_t(k_total) + size_t(k)])) *
+                double(float_of(bt[size_t(j) * size_t(k_total) + size_t(k)]));
+      const double g = got[size_t(m) * size_t(n) + size_t(j)];
+      ASSERT_NEAR(g, want, 1e-2 + 1e-2 * std::fabs(want)) << "D[" << m << "][" << j << "]";
+    }
+}
+
+// ---- An m64nNk16 GEMM: A and B K-major in shared memory, placed by TMA loads (so that TMA's
+// swizzled writes and wgmma's descriptor reads agree) or by ordinary stores and
+// fence.proxy.async; K / 16 k-steps accumulate onto C in one group. -------------------------
+template <typename E, int N, uint32_t SW>
+__global__ void wgmma_gemm_kernel(const __grid_constant__ pa::TensorMap map_a,
+                                  const __grid_constant__ pa::TensorMap map_b, const E* a,
+                                  const E* bt, int k_total, bool use_tma, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* smem = pa::smem_align(raw, 1024);
+  E* sa = reinterpret_cast<E*>(smem);
+  E* sb = reinterpret_cast<E*>(smem + 64 * k_total * sizeof(E));
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + (64 + N) * k_total * sizeof(E));
+  const int t = threadIdx.x;
+  const int cw = int((SW ? SW : 16) / sizeof(E));
+  if (t == 0) {
+    pa::mbarrier_init(bar, 1);
+    pa::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (use_tma) {
+    if (t == 0) {
+      pa::mbarrier_arrive_expect_tx(bar, uint32_t((64 + N) * k_total * sizeof(E)));
+      for (int kb = 0; kb < k_total / cw; ++kb) {
+        pa::tma_load_2d(sa + kb * 64 * cw, map_a, kb * cw, 0, bar);
+        pa::tma_load_2d(sb + kb * N * cw, map_b, kb * cw, 0, bar);
+      }
+    }
+    pa::mbarrier_wait_parity(bar, 0);
+  } else {
+    store_kmajor(sa, a, 64, k_total, SW);
+    store_kmajor(sb, bt, N, k_total, SW);
+    pa::fence_proxy_async();
+    __syncthreads();
+  }
+  pa::WgmmaAcc<N> acc;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i)
+    acc.d[i] = 0.25f * float((acc.row(i, t) + acc.col(i, t)) % 5);
+  pa::wgmma_fence();
+  for (int s = 0; s < k_total / int(32 / sizeof(E)); ++s)  // k-steps of 32 bytes: k16, or k32 for fp8
+    pa::wgmma_mma_async<E>(acc, kmajor_desc(sa, uint32_t(s), 64, SW),
+                           kmajor_desc(sb, uint32_t(s), N, SW));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) out[acc.row(i, t) * N + acc.col(i, t)] = acc.d[i];
+}
+
+template <typename E, int N, uint32_t SW>
+void run_wgmma_gemm() {
+  const int k_total = sizeof(E) == 1 ? 128 : 64;
+  SCOPED_TRACE("swizzle " + std::to_string(SW) + ", N " + std::to_string(N));
+  const std::vector<E> a = random_matrix<E>(64 * k_total, 11 + N), bt = random_matrix<E>(size_t(N) * k_total, 5 + SW);
+  pa::DeviceBuffer<E> da(a), db(bt);
+  const pa::TensorMap ma = kmajor_map(da.get(), 64, k_total, SW), mb = kmajor_map(db.get(), N, k_total, SW);
+  pa::DeviceBuffer<float> out(64 * N);
+  const size_t shared = (64 + N) * k_total * sizeof(E) + 64 + 1024;
+  for (bool tma : {true, false}) {
+    SCOPED_TRACE(tma ? "operands by TMA" : "operands by ordinary stores");
+    for_each_schedule([&] {
+      out.fill_bytes(0xFF);
+      pa::launch(wgmma_gemm_kernel<E, N, SW>, dim3(1), dim3(128), shared, nullptr, ma, mb, da.get(),
+                 db.get(), k_total, tma, out.get());
+      expect_gemm(out.download(), a, bt, 64, N, k_total, true);
+    });
+  }
+}
+
+TEST(HopperWgmma, Fp16GemmInEachSwizzleMatchesTheHost) {
+  PA_NEED_HOPPER();
+  run_wgmma_gemm<pa::half, 24, 0>();
+  run_wgmma_gemm<pa::half, 8, 32>();
+  run_wgmma_gemm<pa::half, 64, 64>();
+  run_wgmma_gemm<pa::half, 256, 128>();
+}
+
+TEST(HopperWgmma, Bf16GemmInEachSwizzleMatchesTheHost) {
+  PA_NEED_HOPPER();
+  run_wgmma_gemm<pa::bf16, 16, 0>();
+  run_wgmma_gemm<pa::bf16, 32, 32>();
+  run_wgmma_gemm<pa::bf16, 128, 64>();
+  run_wgmma_gemm<pa::bf16, 64, 128>();
+}
+
+// fp8 e4m3 (k32): K-major only, each k-step 32 bytes of a row as for fp16.
+TEST(HopperWgmma, Fp8E4m3GemmMatchesTheHost) {
+  PA_NEED_HOPPER();
+  run_wgmma_gemm<e4m3, 16, 32>();
+  run_wgmma_gemm<e4m3, 64, 128>();
+}
+
+// ---- MN-major tiles (the transpose, imm-trans 1): A stored K x 64 (M contiguous) and B
+// K x N (N contiguous, as V is), with a 128B swizzle: TMA boxes of 64 columns x K rows of
+// 128 bytes; SBO is 8 rows (1,024 bytes), LBO the distance between 64-column boxes. --------
+template <typename E, int N>
+__global__ void wgmma_mn_kernel(const __grid_constant__ pa::TensorMap map_a,
+                                const __grid_constant__ pa::TensorMap map_b, int k_total,
+                                float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* smem = pa::smem_align(raw, 1024);
+  E* sa = reinterpret_cast<E*>(smem);
+  E* sb = reinterpret_cast<E*>(smem + 64 * k_total * sizeof(E));
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + (64 + N) * k_total * sizeof(E));
+  const int t = threadIdx.x;
+  if (t == 0) {
+    pa::mbarrier_init(bar, 1);
+    pa::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (t == 0) {
+    pa::mbarrier_arrive_expect_tx(bar, uint32_t((64 + N) * k_total * sizeof(E)));
+    pa::tma_load_2d(sa, map_a, 0, 0, bar);
+    for (int j = 0; j < N / 64; ++j) pa::tma_load_2d(sb + j * 64 * k_total, map_b, j * 64, 0, bar);
+  }
+  pa::mbarrier_wait_parity(bar, 0);
+  const uint32_t box = uint32_t(k_total) * 128;  // bytes of one 64-column box
+  pa::WgmmaAcc<N> acc;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc.d[i] = 0.f;
+  pa::wgmma_fence();
+  for (int s = 0; s < k_total / 16; ++s) {
+    const uint64_t da = pa::wgmma_descriptor(sa + s * 16 * 64, box, 1024, pa::WgmmaSwizzle::B128);
+    const uint64_t db = pa::wgmma_descriptor(sb + s * 16 * 64, box, 1024, pa::WgmmaSwizzle::B128);
+    pa::wgmma_mma_async<E, pa::WgmmaMajor::MN, pa::WgmmaMajor::MN>(acc, da, db);
+  }
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) out[acc.row(i, t) * N + acc.col(i, t)] = acc.d[i];
+}
+
+template <typename E>
+void run_wgmma_mn() {
+  constexpr int N = 128;
+  const int k_total = 32;
+  // at[k][m] = A[m][k], b[k][n] = B[k][n] = Bt[n][k].
+  const std::vector<E> at = random_matrix<E>(size_t(k_total) * 64, 3), b = random_matrix<E>(size_t(k_total) * N, 4);
+  std::vector<E> a(64 * size_t(k_total)), bt(size_t(N) * size_t(k_total));
+  for (int k = 0; k < k_total; ++k) {
+    for (int m = 0; m < 64; ++m) a[size_t(m) * size_t(k_total) + size_t(k)] = at[size_t(k) * 64 + size_t(m)];
+    for (int j = 0; j < N; ++j) bt[size_t(j) * size_t(k_total) + size_t(k)] = b[size_t(k) * N + size_t(j)];
+  }
+  pa::DeviceBuffer<E> dat(at), dbn(b);
+  auto map = [&](const E* g, int cols) {
+    pa::TensorMapSpec s;
+    s.dtype = std::is_same<E, pa::half>::value ? pa::TmaDtype::F16 : pa::TmaDtype::BF16;
+    s.global = g;
+    s.dims[0] = uint64_t(cols), s.dims[1] = uint64_t(k_total);
+    s.strides[0] = uint64_t(cols) * sizeof(E);
+    s.box[0] = 64, s.box[1] = uint32_t(k_total);
+    s.swizzle = pa::TmaSwizzle::B128;
+    return pa::encode_tensor_map(s);
+  };
+  const pa::TensorMap ma = map(dat.get(), 64), mb = map(dbn.get(), N);
+  pa::DeviceBuffer<float> out(64 * N);
+  for_each_schedule([&] {
+    out.fill_bytes(0xFF);
+    pa::launch(wgmma_mn_kernel<E, N>, dim3(1), dim3(128), (64 + N) * k_total * sizeof(E) + 64 + 1024,
+               nullptr, ma, mb, k_total, out.get());
+    expect_gemm(out.download(), a, bt, 64, N, k_total, false);
+  });
+}
+
+TEST(HopperWgmma, MnMajorTilesAreTheTranspose) {
+  PA_NEED_HOPPER();
+  run_wgmma_mn<pa::half>();
+  run_wgmma_mn<pa::bf16>();
+}
+
+// ---- A from registers (wgmma_mma_async_rs): each thread's fragment straight from global
+// memory, B K-major (128B swizzle, TMA). The first k-step overwrites the accumulators
+// (scale-d 0), whatever they held. For fp16/bf16 register j holds two elements of A's row
+// 16 w + g + 8 (j % 2), columns 2 q + 8 (j / 2) and the next; for fp8, four, columns
+// 4 q + 16 (j / 2) to + 3 (the lowest first). ----------------------------------------------
+template <typename E, int N>
+__global__ void wgmma_rs_kernel(const __grid_constant__ pa::TensorMap map_b, const E* a,
+                                int k_total, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* smem = pa::smem_align(raw, 1024);
+  E* sb = reinterpret_cast<E*>(smem);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + N * k_total * sizeof(E));
+  const int t = threadIdx.x, w = t / 32, g = (t % 32) / 4, q = t % 4;
+  if (t == 0) {
+    pa::mbarrier_init(bar, 1);
+    pa::fence_mbarrier_init();
+  }
+  __syncthreads();
+  constexpr int cw = int(128 / sizeof(E)), per = int(4 / sizeof(E)), kstep = int(32 / sizeof(E));
+  if (t == 0) {
+    pa::mbarrier_arrive_expect_tx(bar, uint32_t(N * k_total * sizeof(E)));
+    for (int kb = 0; kb < k_total / cw; ++kb) pa::tma_load_2d(sb + kb * N * cw, map_b, kb * cw, 0, bar);
+  }
+  pa::mbarrier_wait_parity(bar, 0);
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(a);
+  pa::WgmmaAcc<N> acc;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc.d[i] = 1e6f;  // garbage that scale-d 0 discards
+  for (int s = 0; s < k_total / kstep; ++s) {
+    uint32_t frag[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int row = 16 * w + g + 8 * (j % 2), col = kstep * s + per * q + 4 * per * (j / 2);
+      frag[j] = 0;
+      for (size_t e = 0; e < 4; ++e)
+        frag[j] |= uint32_t(bytes[(size_t(row) * size_t(k_total) + size_t(col)) * sizeof(E) + e]) << (8 * e);
+    }
+    pa::wgmma_fence();  // A's registers were just written by ordinary code
+    pa::wgmma_mma_async_rs<E>(acc, frag, kmajor_desc(sb, uint32_t(s), N, 128), s > 0);
+  }
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) out[acc.row(i, t) * N + acc.col(i, t)] = acc.d[i];
+}
+
+template <typename E>
+void run_wgmma_rs() {
+  constexpr int N = 32;
+  const int k_total = sizeof(E) == 1 ? 128 : 64;
+  const std::vector<E> a = random_matrix<E>(64 * size_t(k_total), 21), bt = random_matrix<E>(size_t(N) * k_total, 22);
+  pa::DeviceBuffer<E> da(a), db(bt);
+  const pa::TensorMap mb = kmajor_map(db.get(), N, k_total, 128);
+  pa::DeviceBuffer<float> out(64 * N);
+  for_each_schedule([&] {
+    out.fill_bytes(0xFF);
+    pa::launch(wgmma_rs_kernel<E, N>, dim3(1), dim3(128), N * k_total * sizeof(E) + 64 + 1024, nullptr,
+               mb, da.get(), k_total, out.get());
+    expect_gemm(out.download(), a, bt, 64, N, k_total, false);
+  });
+}
+
+TEST(HopperWgmma, AFromRegistersAndScaleDZero) {
+  PA_NEED_HOPPER();
+  run_wgmma_rs<pa::half>();
+  run_wgmma_rs<pa::bf16>();
+  run_wgmma_rs<e4m3>();
+}
+
+// ---- Groups: two warpgroups (threads 128-255 are warpgroup 1, rows 64-127 of A), each with
+// two accumulators. acc_half takes k-steps 0-1 in group 0; acc_full all four k-steps, one
+// group each (groups 1-4), chained on its registers, with wait_group<1> after each commit:
+// the pipelined k-loop. After the first wait<1>, group 0 is done and acc_half is read while
+// acc_full is still in flight. ----------------------------------------------------------------
+constexpr int kGroupsK = 64;
+template <typename E, int N>
+__global__ void wgmma_groups_kernel(const __grid_constant__ pa::TensorMap map_a,
+                                    const __grid_constant__ pa::TensorMap map_b, int k_total,
+                                    float* half_out, float* full_out) {
+  PA_DYNAMIC_SHARED(unsigned char, raw);
+  unsigned char* smem = pa::smem_align(raw, 1024);
+  E* sa = reinterpret_cast<E*>(smem);  // 128 rows
+  E* sb = reinterpret_cast<E*>(smem + 128 * k_total * sizeof(E));
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + (128 + N) * k_total * sizeof(E));
+  const int t = threadIdx.x % 128, wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    pa::mbarrier_init(bar, 1);
+    pa::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    pa::mbarrier_arrive_expect_tx(bar, uint32_t((128 + N) * k_total * sizeof(E)));
+    pa::tma_load_2d(sa, map_a, 0, 0, bar);
+    pa::tma_load_2d(sb, map_b, 0, 0, bar);
+  }
+  pa::mbarrier_wait_parity(bar, 0);
+  const E* my_a = sa + wg * 64 * 64;  // this warpgroup's 64 rows (128-byte rows: 1,024 per 8)
+  pa::WgmmaAcc<N> acc_half, acc_full;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc_half.d[i] = acc_full.d[i] = 0.f;
+  pa::wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+    pa::wgmma_mma_async<E>(acc_half, kmajor_desc(my_a, uint32_t(s), 64, 128),
+                           kmajor_desc(sb, uint32_t(s), N, 128));
+  pa::wgmma_commit_group();
+#pragma unroll
+  for (int s = 0; s < kGroupsK / 16; ++s) {  // a trip count known at compile time: unrolled
+    pa::wgmma_mma_async<E>(acc_full, kmajor_desc(my_a, uint32_t(s), 64, 128),
+                           kmajor_desc(sb, uint32_t(s), N, 128));
+    pa::wgmma_commit_group();
+    pa::wgmma_wait_group<1>(acc_half);  // not acc_full: it is still in flight
+    if (s == 0)  // group 0 is done: acc_half is this thread's again
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i)
+        half_out[(64 * wg + acc_half.row(i, t)) * N + acc_half.col(i, t)] = acc_half.d[i];
+  }
+  pa::wgmma_wait_group<0>(acc_full);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i)
+    full_out[(64 * wg + acc_full.row(i, t)) * N + acc_full.col(i, t)] = acc_full.d[i];
+}
+
+template <typename E>
+void run_wgmma_groups() {
+  constexpr int N = 64;
+  const int k_total = kGroupsK;
+  const std::vector<E> a = random_matrix<E>(128 * size_t(k_total), 31), bt = random_matrix<E>(size_t(N) * k_total, 32);
+  pa::DeviceBuffer<E> da(a), db(bt);
+  const pa::TensorMap ma = kmajor_map(da.get(), 128, k_total, 128), mb = kmajor_map(db.get(), N, k_total, 128);
+  pa::DeviceBuffer<float> half_out(128 * N), full_out(128 * N);
+  for_each_schedule([&] {
+    half_out.fill_bytes(0xFF);
+    full_out.fill_bytes(0xFF);
+    pa::launch(wgmma_groups_kernel<E, N>, dim3(1), dim3(256), (128 + N) * k_total * sizeof(E) + 64 + 1024,
+               nullptr, ma, mb, k_total, half_out.get(), full_out.get());
+    expect_gemm(half_out.download(), a, bt, 128, N, k_total, false, 0, 32);
+    expect_gemm(full_out.download(), a, bt, 128, N, k_total, false);
+  });
+}
+
+TEST(HopperWgmma, GroupsCompleteInOrderAndChainOnOneAccumulator) {
+  PA_NEED_HOPPER();
+  run_wgmma_groups<pa::half>();
+  run_wgmma_groups<pa::bf16>();
+}

@@ -2,7 +2,7 @@
 //
 // Kernel code never calls these directly: the pa::hopper wrappers do, passing where they
 // were called from, so that every report names the kernel's line. Implemented in
-// emu/src/smem_window.cpp, mbarrier.cpp, tma.cpp and hopper_sync.cpp.
+// emu/src/smem_window.cpp, mbarrier.cpp, tma.cpp, hopper_sync.cpp and wgmma.cpp.
 #pragma once
 
 #include <cstddef>
@@ -64,5 +64,23 @@ void bulk_wait(int n, bool read, const char* file, int line);
 void fence_proxy_async(const char* file, int line);
 void named_barrier(unsigned id, unsigned count, bool arrive_only, const char* file, int line);
 void setmaxnreg(bool increase, unsigned registers, const char* file, int line);
+
+// ---- wgmma (pa/hopper/wgmma.h) ----------------------------------------------------------
+// One thread's wgmma.mma_async: the 128 threads of its warpgroup meet, and the last to arrive
+// issues it for all of them.
+struct WgmmaCall {
+  int type;                // 0 fp16, 1 bf16, 2 fp8 e4m3
+  int n;                   // N of m64nNk16 (k32 for fp8)
+  uint64_t desc_a;         // A's matrix descriptor (when a_regs is null)
+  uint64_t desc_b;         // B's
+  const uint32_t* a_regs;  // A from registers: this thread's four
+  int trans_a, trans_b;    // 1: the tile is MN-major
+  bool accumulate;         // scale-d: D = A * B + D, else D = A * B
+};
+// acc: the thread's n / 2 accumulator registers.
+void wgmma_mma_async(const WgmmaCall& call, float* acc, const char* file, int line);
+void wgmma_fence(const char* file, int line);
+void wgmma_commit(const char* file, int line);
+void wgmma_wait(int pending, const char* file, int line);
 
 }  // namespace emu::hopper
