@@ -132,7 +132,7 @@ def window_mask(window=16, seq_len=44, new=6, group=2, piece=16):
             f"window {window}, with sinks", fontsize=10.5, fontweight="bold", va="center")
     x_sink, x0, kw, rh, y0 = 15.0, 20.0, 1.75, 2.0, 7.0
     ax.text(1, y0 - 1.6, "row", fontsize=9.6, color=MUTED, va="center")
-    ax.text(9.5, y0 - 1.6, "pos", fontsize=9.6, color=MUTED, va="center")
+    ax.text(13.6, y0 - 1.6, "pos", fontsize=9.6, color=MUTED, va="center", ha="right")
     ax.text(x_sink + 1.4, y0 - 1.6, "sink", fontsize=9.6, ha="center", va="center", color=MUTED)
     for k in range(0, seq_len, 4):
         ax.text(x0 + (k + 0.5) * kw, y0 - 1.6, str(k), ha="center", va="center", fontsize=9.4, color=MUTED)
@@ -140,7 +140,7 @@ def window_mask(window=16, seq_len=44, new=6, group=2, piece=16):
     for r, (i, h, pos) in enumerate(rows):
         y = y0 + r * rh
         ax.text(1, y + rh / 2, f"{r}: t{i} h{h}", fontsize=9.6, va="center")
-        ax.text(9.5, y + rh / 2, str(pos), fontsize=9.6, va="center")
+        ax.text(13.6, y + rh / 2, str(pos), fontsize=9.6, va="center", ha="right")
         p = st.cell(ax, x_sink, y, 2.8, rh, fc=PINK, ec="white", lw=0.8, gid="sink")
         p.set_label(f"{r}:{h}")
         ax.text(x_sink + 1.4, y + rh / 2, f"z{h}", ha="center", va="center", fontsize=9.4, color="white",

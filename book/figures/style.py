@@ -109,6 +109,9 @@ def check_placement(fig, slack_px=1.0, overlap_px=3.0):
             if (min(a.x1, b.x1) - max(a.x0, b.x0) > overlap_px
                     and min(a.y1, b.y1) - max(a.y0, b.y0) > overlap_px):
                 raise ValueError(f"two texts overlap: {text_a!r} and {text_b!r}")
+            same_line = min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5 * min(a.height, b.height)
+            if same_line and max(a.x0, b.x0) - min(a.x1, b.x1) < 1.5:
+                raise ValueError(f"two texts on one line run into each other: {text_a!r} and {text_b!r}")
 
 
 def save(fig, path):

@@ -57,6 +57,14 @@ def test_the_placement_check_sees_cut_off_and_colliding_text():
     with pytest.raises(ValueError, match="overlap"):
         style.check_placement(fig)
     style.plt.close(fig)
+    fig = style.figure(2.0)
+    label = fig.text(0.1, 0.5, "10: t5 h0")
+    fig.canvas.draw()
+    right = label.get_window_extent(fig.canvas.get_renderer()).x1 / fig.bbox.width
+    fig.text(right, 0.5, "43")  # starts where the label ends: reads "10: t5 h043"
+    with pytest.raises(ValueError, match="run into each other"):
+        style.check_placement(fig)
+    style.plt.close(fig)
 
 
 def test_all_figures_draw_in_a_few_seconds(tmp_path):
