@@ -43,10 +43,14 @@ def parse_lengths(spec):
     raise ValueError(f"lengths '{spec}' is neither 'B x L' nor 'ragged N LO HI SEED'")
 
 
-def parse(text):
-    """(cases, sections): cases [(name, h_q, s_q, lengths, block)] in file order; sections
-    [(title, [case names])] from the '## title' lines, each listing the cases defined under
-    it and the '= name' lines. Raises ValueError('LINE: why') on the first bad line."""
+def parse_sections(text, header, make_case):
+    """The grammar of the benchmarks' case files (this one, bench/ch14_cases.txt): '## title'
+    starts a section, '= name' shows a case defined elsewhere again, '#' comments, and each
+    other line is a case of the fields `header` names ('name | h_q | ...'), which
+    make_case(fields) turns into a case whose first element is its name (or raises
+    ValueError). Returns (cases in file order, sections [(title, [case names])]). Raises
+    ValueError('LINE: why') on the first bad line."""
+    width = len(header.split("|"))
     cases, sections, names, refs = [], [], set(), []
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -63,32 +67,17 @@ def parse(text):
                     sections[-1][1].append(name)
                 continue
             f = [t.strip() for t in line.split("|")]
-            if len(f) != 5:
-                raise ValueError("want 5 fields 'name | h_q | s_q | lengths | block'")
-            name = f[0]
-            hq, s_q = _int(f[1], "h_q"), _int(f[2], "s_q")
-            lengths = parse_lengths(f[3])
-            block = _int(f[4], "block size")
-            if not name:
-                raise ValueError("empty name")
-            if '"' in name:
-                raise ValueError("a name may not hold '\"' (CSV)")
-            if name in names:
-                raise ValueError(f"case '{name}' defined twice")
-            if not 1 <= hq <= 128:
-                raise ValueError("h_q must be in 1..128")
-            if not 1 <= s_q <= 4:
-                raise ValueError("s_q must be in 1..4")
-            if block not in (16, 32, 64):
-                raise ValueError("block size must be 16, 32 or 64")
-            if min(lengths) < s_q:
-                raise ValueError("a length is shorter than s_q")
+            if len(f) != width:
+                raise ValueError(f"want {width} fields '{header}'")
+            if f[0] in names:
+                raise ValueError(f"case '{f[0]}' defined twice")
+            case = make_case(f)
         except ValueError as e:
             raise ValueError(f"{no}: {e}") from None
-        names.add(name)
-        cases.append((name, hq, s_q, lengths, block))
+        names.add(case[0])
+        cases.append(case)
         if sections:
-            sections[-1][1].append(name)
+            sections[-1][1].append(case[0])
     for no, name in refs:
         if name not in names:
             raise ValueError(f"{no}: '= {name}' names no case")
@@ -97,7 +86,34 @@ def parse(text):
     return cases, sections
 
 
-def read(path=CASES_FILE):
+def _case(f):
+    name = f[0]
+    hq, s_q = _int(f[1], "h_q"), _int(f[2], "s_q")
+    lengths = parse_lengths(f[3])
+    block = _int(f[4], "block size")
+    if not name:
+        raise ValueError("empty name")
+    if '"' in name:
+        raise ValueError("a name may not hold '\"' (CSV)")
+    if not 1 <= hq <= 128:
+        raise ValueError("h_q must be in 1..128")
+    if not 1 <= s_q <= 4:
+        raise ValueError("s_q must be in 1..4")
+    if block not in (16, 32, 64):
+        raise ValueError("block size must be 16, 32 or 64")
+    if min(lengths) < s_q:
+        raise ValueError("a length is shorter than s_q")
+    return (name, hq, s_q, lengths, block)
+
+
+def parse(text):
+    """(cases, sections): cases [(name, h_q, s_q, lengths, block)] in file order; sections
+    [(title, [case names])] (parse_sections)."""
+    return parse_sections(text, "name | h_q | s_q | lengths | block", _case)
+
+
+def read(path=CASES_FILE, parse=parse):
+    """parse() of the file at path; an error names the file and the line."""
     with open(path) as f:
         text = f.read()
     try:

@@ -8,7 +8,8 @@ third-party imports. The lengths column is chapter 11's ('B x L'), read by its p
 import os
 from typing import NamedTuple
 
-from ch11_cases import _int, parse_lengths
+import ch11_cases
+from ch11_cases import _int, parse_lengths, parse_sections
 
 CASES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ch14_cases.txt")
 
@@ -72,48 +73,10 @@ def _case(f):
 
 
 def parse(text):
-    """(cases, sections): cases [Case] in file order; sections [(title, [case names])] from
-    the '## title' lines, each listing the cases defined under it and the '= name' lines.
-    Raises ValueError('LINE: why') on the first bad line."""
-    cases, sections, names, refs = [], [], set(), []
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        try:
-            if line.startswith("##"):
-                sections.append((line[2:].strip(), []))
-                continue
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("="):
-                name = line[1:].strip()
-                refs.append((no, name))
-                if sections:
-                    sections[-1][1].append(name)
-                continue
-            f = [t.strip() for t in line.split("|")]
-            if len(f) != 8:
-                raise ValueError("want 8 fields 'name | stage | heads | s_q | lengths | block | top-k | indices'")
-            case = _case(f)
-            if case.name in names:
-                raise ValueError(f"case '{case.name}' defined twice")
-        except ValueError as e:
-            raise ValueError(f"{no}: {e}") from None
-        names.add(case.name)
-        cases.append(case)
-        if sections:
-            sections[-1][1].append(case.name)
-    for no, name in refs:
-        if name not in names:
-            raise ValueError(f"{no}: '= {name}' names no case")
-    if not cases:
-        raise ValueError("no cases")
-    return cases, sections
+    """(cases, sections): cases [Case] in file order; sections [(title, [case names])]
+    (chapter 11's parse_sections: the same grammar, these fields)."""
+    return parse_sections(text, "name | stage | heads | s_q | lengths | block | top-k | indices", _case)
 
 
 def read(path=CASES_FILE):
-    with open(path) as f:
-        text = f.read()
-    try:
-        return parse(text)
-    except ValueError as e:
-        raise ValueError(f"{path}:{e}") from None
+    return ch11_cases.read(path, parse)
