@@ -28,11 +28,9 @@ NAMES = ["dense-slab", "dense-warps", "online-rescale", "warp-merge", "stale-tab
 
 
 @pytest.fixture(scope="module")
-def drawn():
-    out = {name: figures.FIGURES[name]() for name in NAMES}
-    yield out
-    for fig, _ in out.values():
-        style.plt.close(fig)
+def drawn(all_drawn):
+    """This file's figures, from the session's drawing (conftest.py)."""
+    return {name: all_drawn[name] for name in NAMES}
 
 
 def test_registered_and_legible(drawn):

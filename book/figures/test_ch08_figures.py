@@ -23,11 +23,9 @@ from pa_ref import cascade, prefix_cache  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def drawn():
-    out = {name: figures.FIGURES[name]() for name in ("fork-sharing", "hash-chain", "cascade-merge")}
-    yield out
-    for fig, _ in out.values():
-        style.plt.close(fig)
+def drawn(all_drawn):
+    """This file's figures, from the session's drawing (conftest.py)."""
+    return {name: all_drawn[name] for name in ("fork-sharing", "hash-chain", "cascade-merge")}
 
 
 def test_the_figures_are_registered_legible_and_column_wide(drawn):

@@ -15,17 +15,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import figures  # noqa: E402  (puts reference/ on the path)
-import style  # noqa: E402
 from pa_ref import kernel_layouts as kl  # noqa: E402
 from pa_ref import work_maps as wm  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def drawn():
-    out = {name: figures.FIGURES[name]() for name in ("varlen-ring", "varlen-p-registers")}
-    yield out
-    for fig, _ in out.values():
-        style.plt.close(fig)
+def drawn(all_drawn):
+    """This file's figures, from the session's drawing (conftest.py)."""
+    return {name: all_drawn[name] for name in ("varlen-ring", "varlen-p-registers")}
 
 
 def grid_of(patches):

@@ -17,7 +17,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import figures  # noqa: E402  (puts reference/ on the path)
-import style  # noqa: E402
 from pa_ref import kernel_layouts as kl  # noqa: E402
 from pa_ref import hybrid, mla, reshape_and_cache, window  # noqa: E402
 
@@ -25,11 +24,9 @@ NAMES = ("mla-block-shapes", "mla-key-halves", "mla-fp8-row", "window-mask")
 
 
 @pytest.fixture(scope="module")
-def drawn():
-    out = {name: figures.FIGURES[name]() for name in NAMES}
-    yield out
-    for fig, _ in out.values():
-        style.plt.close(fig)
+def drawn(all_drawn):
+    """This file's figures, from the session's drawing (conftest.py)."""
+    return {name: all_drawn[name] for name in NAMES}
 
 
 def fields(p):

@@ -22,14 +22,9 @@ from pa_ref.paged import blocks_for, token_slot  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def drawn():
-    """Every figure, drawn once."""
-    out = {}
-    for name, draw in figures.FIGURES.items():
-        out[name] = draw()
-    yield out
-    for fig, _ in out.values():
-        style.plt.close(fig)
+def drawn(all_drawn):
+    """Every figure (drawn once per session: conftest.py)."""
+    return all_drawn
 
 
 def test_every_figure_is_legible_and_wide_enough(drawn):

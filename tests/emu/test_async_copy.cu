@@ -14,6 +14,7 @@
 #include "pa/async_copy.h"
 #include "pa/device_buffer.h"
 #include "pa/launch.h"
+#include "schedules.h"
 
 namespace {
 
@@ -26,17 +27,7 @@ std::string file_line(int line) { return "test_async_copy.cu:" + std::to_string(
 constexpr unsigned kGarbage = 0xFFFFFFFFu;  // the emulator's in-flight bytes, as a word
 #endif
 
-// Restores the schedule order when a test ends, even a failing one.
-#if defined(PA_BACKEND_CPU)
-struct ScheduleScope {
-  explicit ScheduleScope(const char* order) { emu::set_schedule(order); }
-  ~ScheduleScope() { emu::set_schedule(nullptr); }
-};
-#else
-struct ScheduleScope {  // the GPU has its own order
-  explicit ScheduleScope(const char*) {}
-};
-#endif
+using pa::test::ScheduleScope;  // restores the default order when a test ends
 const char* const kOrders[] = {"forward", "reverse", "greedy", "random:1", "random:2", "random:3"};
 
 // ---- One thread, two groups: what its destination holds before, between and after the

@@ -12,6 +12,7 @@
 #include "pa/device_buffer.h"
 #include "pa/hopper.h"
 #include "pa/launch.h"
+#include "schedules.h"
 
 namespace {
 
@@ -20,10 +21,7 @@ using pa::test::error_of;
 
 std::string file_line(int line) { return "test_hopper_hazards.cu:" + std::to_string(line); }
 
-struct ScheduleScope {
-  explicit ScheduleScope(const char* order) { emu::set_schedule(order); }
-  ~ScheduleScope() { emu::set_schedule(nullptr); }
-};
+using pa::test::ScheduleScope;
 const char* const kOrders[] = {"forward", "reverse", "greedy", "random:1", "random:2"};
 
 // ---- A static __shared__ barrier has no shared address in the window. --------------------

@@ -15,6 +15,7 @@
 #include "pa/device_buffer.h"
 #include "pa/hopper.h"
 #include "pa/launch.h"
+#include "schedules.h"
 
 namespace {
 
@@ -33,19 +34,7 @@ bool have_hopper() {
 #define PA_NEED_HOPPER() \
   if (!have_hopper()) GTEST_SKIP() << "needs an sm_90 GPU"
 
-template <typename F>
-void for_each_schedule(F body) {
-#if defined(PA_BACKEND_CPU)
-  for (const char* order : {"forward", "reverse", "greedy", "random:1", "random:7"}) {
-    SCOPED_TRACE(std::string("schedule ") + order);
-    emu::set_schedule(order);
-    body();
-  }
-  emu::set_schedule(nullptr);
-#else
-  body();
-#endif
-}
+using pa::test::for_each_schedule;
 
 // ---- The swizzle, on its own: chunk bits [4, 4 + b) XOR row bits [7, 7 + b). ----------
 TEST(HopperSwizzle, XorsTheChunkWithTheRowWithinItsAtom) {

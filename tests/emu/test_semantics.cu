@@ -10,24 +10,12 @@
 #include "pa/device_buffer.h"
 #include "pa/dtype.h"
 #include "pa/launch.h"
+#include "schedules.h"
 #include "pa/mma.h"
 
 namespace {
 
-// Runs `body` once per schedule order on the emulator, once on the GPU.
-template <typename F>
-void for_each_schedule(F body) {
-#if defined(PA_BACKEND_CPU)
-  for (const char* order : {"forward", "reverse", "greedy", "random:1", "random:7"}) {
-    SCOPED_TRACE(std::string("schedule ") + order);
-    emu::set_schedule(order);
-    body();
-  }
-  emu::set_schedule(nullptr);
-#else
-  body();
-#endif
-}
+using pa::test::for_each_schedule;
 
 __global__ void shuffle_kernel(int* out) {
   const int lane = threadIdx.x % 32;
