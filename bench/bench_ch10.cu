@@ -41,6 +41,7 @@
 #include "bench_common.h"
 #include "pa/ch09_fast_decode.h"
 #include "pa/ch10_varlen.h"
+#include "pa/ch13_hopper.h"
 #include "pa/dtype.h"
 #include "pa/launch.h"
 
@@ -246,10 +247,11 @@ struct Setup {
   pa::DeviceBuffer<half> q, out;
 };
 
-// max |a - b| / max |b| over all elements.
+// max |a - b| / max |b| over all elements (infinite where a has a NaN).
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return INFINITY;
     num = std::max(num, double(std::fabs(a[i] - b[i])));
     den = std::max(den, double(std::fabs(b[i])));
   }
@@ -458,6 +460,26 @@ int main(int argc, char** argv) {
             fail("MISMATCH: ch10 varlen " + c.name + " disagrees with " + against + " (error " +
                  std::to_string(err) + ")");
           add("ch10 varlen", pa::bench::median_ms_queued(run10));
+          // Chapter 13's Hopper prefill on the same chunk, checked the same way, in the same run.
+          if (c.kind == Kind::prefill && pa::ch13::hopper_device()) {
+            pa::ch13::HopperPrefill ws13;
+            ws13.plan(s.shape, c.seq_lens, qsl);
+            auto run13 = [&](int i) {
+              const int cp = i % copies;
+              ws13.run<half>(s.out.get(), s.q.get(), k[cp].get(), v[cp].get(), s.table.get(),
+                             s.lens.get(), s.qsl.get(), s.scale);
+            };
+            PA_CUDA_CHECK(cudaMemset(s.out.get(), 0xFF, s.out.bytes()));
+            run13(0);
+            PA_CUDA_CHECK(cudaDeviceSynchronize());
+            const double err13 = check_on_host(s, k[0], v[0]);
+            std::printf("  ch13 hopper (%d items) vs the host reference: error %.1e of max |ref|\n",
+                        ws13.num_items(), err13);
+            if (!(err13 < 2e-2))
+              fail("MISMATCH: ch13 hopper " + c.name + " disagrees with the host reference (error " +
+                   std::to_string(err13) + ")");
+            add("ch13 hopper", pa::bench::median_ms_queued(run13));
+          }
           if (c.all_decode())  // as a model's layers call it: each launch placed behind the last
             std::printf("  ch10 varlen back to back: %.1f us per call\n",
                         1e3 * pa::bench::per_call_back_to_back_ms(run10));

@@ -110,7 +110,14 @@ struct WgmmaMeet {  // a warpgroup's threads arriving at one wgmma.mma_async
   Site at;
   std::vector<float*> acc;
   std::vector<uint32_t> a;
+  std::vector<const uint32_t*> a_at;  // where each thread's A registers are
   std::vector<int> waiting;
+};
+
+struct RsRead {  // A's registers as a wgmma_mma_async_rs read them
+  uint32_t a[4] = {};
+  unsigned fences = 0;  // the thread's wgmma_fence calls then
+  Site at;
 };
 
 struct ThreadHopper {
@@ -119,18 +126,15 @@ struct ThreadHopper {
   std::vector<PendingStore> stores;
   unsigned register_calls = 0;        // its setmaxnreg calls so far
   // wgmma: its groups committed, its wgmma_fence calls, its wgmmas in flight, the
-  // accumulators its waits handed back, its last wait, and A's registers at its last
-  // wgmma_mma_async_rs (with the fence count then).
+  // accumulators its waits handed back, its last wait, and each set of A's registers (by
+  // address) as the last wgmma_mma_async_rs that read it found it.
   int wg_committed = 0;
   unsigned wg_fences = 0;
   std::vector<WgmmaPending> wg_pending;
   std::map<const float*, WgmmaLanded> wg_landed;
   Site wg_wait;
   int wg_wait_n = 0, wg_wait_committed = 0;
-  bool rs_seen = false;
-  unsigned rs_fences = 0;
-  uint32_t rs_a[4] = {};
-  Site rs_at;
+  std::map<const uint32_t*, RsRead> rs_read;
 };
 
 struct NamedBarrier {

@@ -196,7 +196,8 @@ void check_operand_writes(Block* b, const std::vector<uint32_t>& chunks, const c
 // ordinary access of the accumulators (or of A's registers) and the wgmma that uses them,
 // except a wgmma on accumulators that the previous wgmma of the same shape wrote.
 void check_fence(Block* b, ThreadHopper& th, int thread, const float* acc, int regs,
-                 const uint32_t* a, const std::string& call, bool chained) {
+                 const uint32_t* a, const uint32_t* a_at, const Site& at, const std::string& call,
+                 bool chained) {
   const std::string who = thread_name(b, thread) + " (warpgroup " +
                           std::to_string(thread / kWarpgroup) + ")";
   if (th.wg_fences == 0)
@@ -223,15 +224,18 @@ void check_fence(Block* b, ThreadHopper& th, int thread, const float* acc, int r
     }
   }
   if (a) {
-    if (th.rs_seen && th.rs_fences == th.wg_fences && std::memcmp(th.rs_a, a, 16) != 0)
+    const auto it = th.rs_read.find(a_at);
+    if (it != th.rs_read.end() && it->second.fences == th.wg_fences &&
+        std::memcmp(it->second.a, a, 16) != 0)
       b->fail_here("emulator wgmma check: " + call + ": " + who +
-                   " changed A's registers since the wgmma at " + place(th.rs_at) +
+                   " changed A's registers since the wgmma at " + place(it->second.at) +
                    " read them, with no wgmma_fence() in between. The PTX ISA requires "
                    "wgmma.fence between ordinary code's writes of A's registers and the wgmma "
                    "that reads them.");
-    th.rs_seen = true;
-    th.rs_fences = th.wg_fences;
-    std::memcpy(th.rs_a, a, 16);
+    RsRead& r = th.rs_read[a_at];
+    r.fences = th.wg_fences;
+    r.at = at;
+    std::memcpy(r.a, a, 16);
   }
 }
 
@@ -273,7 +277,8 @@ void issue(Block* b, Hopper& h, int wg, WgmmaMeet& m) {
     std::shared_ptr<WgmmaOp> prev;
     for (const WgmmaPending& p : th.wg_pending)
       if (p.op->acc[size_t(t)] == acc) prev = p.op;
-    check_fence(b, th, ti, acc, rn, regs ? &m.a[size_t(t) * 4] : nullptr, call, prev != nullptr);
+    check_fence(b, th, ti, acc, rn, regs ? &m.a[size_t(t) * 4] : nullptr,
+                regs ? m.a_at[size_t(t)] : nullptr, m.at, call, prev != nullptr);
     op->acc[size_t(t)] = acc;
     if (prev) op->from[size_t(t)] = prev;
     else std::memcpy(&op->in[size_t(t) * size_t(rn)], acc, size_t(rn) * 4);
@@ -392,6 +397,7 @@ void wgmma_mma_async(const WgmmaCall& call, float* acc, const char* file, int li
     m.first = me;
     m.acc.assign(kWarpgroup, nullptr);
     m.a.assign(regs ? kWarpgroup * 4 : 0, 0);
+    m.a_at.assign(regs ? kWarpgroup : 0, nullptr);
   } else {
     const WgmmaCall& f = m.call;
     const bool same = f.type == call.type && f.n == call.n && (f.a_regs != nullptr) == regs &&
@@ -409,7 +415,10 @@ void wgmma_mma_async(const WgmmaCall& call, float* acc, const char* file, int li
   }
   const int t = me - wg * kWarpgroup;
   m.acc[size_t(t)] = acc;
-  if (regs) std::memcpy(&m.a[size_t(t) * 4], call.a_regs, 16);
+  if (regs) {
+    std::memcpy(&m.a[size_t(t) * 4], call.a_regs, 16);
+    m.a_at[size_t(t)] = call.a_regs;
+  }
   if (++m.arrived < kWarpgroup) {
     m.waiting.push_back(me);
     b->park(Wait::Warpgroup, "wgmma_mma_async", file, line);
