@@ -57,55 +57,6 @@ void HopperPrefill::plan(const ch10::VarlenShape& s, const std::vector<int>& seq
 
 namespace {
 
-template <typename T>
-TmaDtype tma_dtype() {
-  return std::is_same<T, half>::value ? TmaDtype::F16 : TmaDtype::BF16;
-}
-
-// ANCHOR: tensor_maps
-// K [block][kv head][D / 8][BS][8], read token-major: dimension 0 is a 16-byte chunk's 8
-// dims, 1 the chunk (BS x 16 bytes apart), 2 the token (16 bytes apart), then the head and
-// the block. A box of 8 chunks x BS tokens lands as BS rows of 128 bytes (64 dims), swizzled:
-// the K-major tile wgmma's descriptors read.
-template <typename T>
-TensorMap k_tensor_map(const T* k_pool, const ch10::VarlenShape& s) {
-  const uint64_t bs = uint64_t(s.block_size), d = uint64_t(s.head_size);
-  TensorMapSpec m;
-  m.dtype = tma_dtype<T>();
-  m.rank = 5;
-  m.global = k_pool;
-  const uint64_t dims[5] = {8, d / 8, bs, uint64_t(s.num_kv_heads), uint64_t(s.num_blocks)};
-  const uint64_t strides[4] = {bs * 16, 16, d * bs * 2, uint64_t(s.num_kv_heads) * d * bs * 2};
-  const uint32_t box[5] = {8, 8, uint32_t(bs), 1, 1};
-  std::copy(dims, dims + 5, m.dims);
-  std::copy(strides, strides + 4, m.strides);
-  std::copy(box, box + 5, m.box);
-  m.swizzle = TmaSwizzle::B128;
-  m.allocation_bytes = size_t(s.num_blocks) * s.num_kv_heads * d * bs * 2;
-  return encode_tensor_map(m);
-}
-
-// V [block][kv head][D][BS]: a page is D rows of BS tokens (BS x 2 bytes), already the
-// K-major tile of P V's B operand (k = token, n = d); the swizzle spans a row.
-template <typename T>
-TensorMap v_tensor_map(const T* v_pool, const ch10::VarlenShape& s) {
-  const uint64_t bs = uint64_t(s.block_size), d = uint64_t(s.head_size);
-  TensorMapSpec m;
-  m.dtype = tma_dtype<T>();
-  m.rank = 4;
-  m.global = v_pool;
-  const uint64_t dims[4] = {bs, d, uint64_t(s.num_kv_heads), uint64_t(s.num_blocks)};
-  const uint64_t strides[3] = {bs * 2, d * bs * 2, uint64_t(s.num_kv_heads) * d * bs * 2};
-  const uint32_t box[4] = {uint32_t(bs), uint32_t(d), 1, 1};
-  std::copy(dims, dims + 4, m.dims);
-  std::copy(strides, strides + 3, m.strides);
-  std::copy(box, box + 4, m.box);
-  m.swizzle = bs == 8 ? TmaSwizzle::None : static_cast<TmaSwizzle>(bs * 2);
-  m.allocation_bytes = size_t(s.num_blocks) * s.num_kv_heads * d * bs * 2;
-  return encode_tensor_map(m);
-}
-// ANCHOR_END: tensor_maps
-
 template <typename T, int D>
 void launch_prefill(const TensorMap& k_map, const TensorMap& v_map, const PrefillArgs<T>& args,
                     int items, cudaStream_t stream) {
@@ -125,7 +76,8 @@ void HopperPrefill::run(T* out, const T* q, const T* k_pool, const T* v_pool, co
   PA_REQUIRE(hopper_device(), "HopperPrefill: this GPU is not a Hopper (sm_90); use chapter 10's kernel");
   if (num_items_ == 0) return;
   const ch10::VarlenShape& s = shape_;
-  const TensorMap k_map = k_tensor_map(k_pool, s), v_map = v_tensor_map(v_pool, s);
+  const TensorMap k_map = encode_tensor_map(k_map_spec(k_pool, s));
+  const TensorMap v_map = encode_tensor_map(v_map_spec(v_pool, s));
   const PrefillArgs<T> args{out, q, block_table, seq_lens, query_start_loc, items_.get(),
                             scale * 1.4426950408889634f, s.num_q_heads, s.num_kv_heads,
                             s.max_blocks_per_seq, s.num_blocks, s.block_size};

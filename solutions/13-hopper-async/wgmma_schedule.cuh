@@ -1,0 +1,92 @@
+// Chapter 13, exercise 3 of 3 (core): a consumer warpgroup's schedule of waits and wgmma
+// groups over the stages the producer fills.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "pa/hopper.h"
+#include "tile_math.cuh"
+
+namespace pa::ch13 {
+
+// ANCHOR: consumer
+template <typename T, int D>
+__device__ void consume(const PrefillArgs<T>& a, const PrefillItem& it, const Smem<D>& sm, int wg,
+                        int seq_len, int n_new, int q_start) {
+  using S = TileShape<D>;
+  constexpr int N = S::kTokens;
+  const int t = threadIdx.x % 128;  // the thread's index in its warpgroup
+  const int G = a.num_q_heads / a.num_kv_heads;
+  load_q<T, D>(a, it, sm.q(wg), wg, n_new, q_start, t);
+  named_barrier_sync(1 + wg, 128);  // the warpgroup's Q is in shared memory
+
+  RowState st;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    st.row[j] = it.row0 + 64 * wg + WgmmaAcc<D>::row(2 * j, t);
+    const int token = st.row[j] / G < n_new ? st.row[j] / G : n_new - 1;
+    st.pos[j] = seq_len - n_new + token;
+    st.m[j] = -INFINITY;
+    st.l[j] = 0.f;
+  }
+  WgmmaAcc<D> o;
+#pragma unroll
+  for (int i = 0; i < WgmmaAcc<D>::kRegs; ++i) o.d[i] = 0.f;
+  const unsigned char* q_s = sm.q(wg);
+  const int tiles = (it.kv_end + N - 1) / N;
+  for (int n = 0; n < tiles; ++n) {
+    const int stage = n % S::kStages;
+    WgmmaAcc<N> sc;
+    uint32_t p[N / 16][4];
+    // TODO(ch13): one KV tile, in stage `stage` (the n-th use of a stage; stage_pipeline.cuh
+    //   says which phase that is): on return sc held the tile's scores S = Q K^T (D / 16
+    //   k-steps of q_desc(q_s, ks) and k_desc(sm, stage, ks), S not accumulated onto anything
+    //   earlier), softmax_step(sc, o, st, n * N, a.scale_log2, p) turned them into P, and o
+    //   accumulated O += P V (N / 16 k-steps of v_desc(sm, stage, ks, a.block_size) with
+    //   p[ks] as A's registers), every product complete; the stage is released (one arrival
+    //   on empty(stage) for the warpgroup, once no wgmma of it reads the stage any more),
+    //   and no operand or accumulator was read or written by ordinary code while a wgmma
+    //   owned it. Read a stage only after its bytes landed: K and V have barriers of their
+    //   own.
+    // HINT(1): Each product is one group: wgmma_fence() before its first wgmma (ordinary code
+    //   just wrote its accumulators or A's registers), its k-steps, wgmma_commit_group(), then
+    //   a wait that covers it (wgmma_wait_group<0>, handing the accumulators back) before
+    //   ordinary code touches them. k-step 0 of S starts from zero (accumulate = false).
+    // HINT(2): k_full(stage) and v_full(stage) are waited with parity (n / kStages) & 1. V's
+    //   wait goes after the softmax, so that the copy of V lands under it. The release comes
+    //   after the wait of the P V group, from one thread of the warpgroup (t == 0).
+    // HINT(3): mbarrier_wait_parity(sm.k_full(stage), (n / S::kStages) & 1); wgmma_fence();
+    //   for ks < D / 16: wgmma_mma_async<T>(sc, q_desc(q_s, ks), k_desc(sm, stage, ks), ks >
+    //   0); wgmma_commit_group(); wgmma_wait_group<0>(sc); softmax_step<T>(sc, o, st, n * N,
+    //   a.scale_log2, p); mbarrier_wait_parity(sm.v_full(stage), same parity); wgmma_fence();
+    //   for ks < N / 16: wgmma_mma_async_rs<T>(o, p[ks], v_desc(sm, stage, ks,
+    //   a.block_size)); wgmma_commit_group(); wgmma_wait_group<0>(o); if t == 0:
+    //   mbarrier_arrive(sm.empty(stage)).
+    // BEGIN SOLUTION
+    // STUB: (void)sc, (void)p, (void)stage, (void)q_s;
+    const unsigned phase = (n / S::kStages) & 1;
+    mbarrier_wait_parity(sm.k_full(stage), phase);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      wgmma_mma_async<T>(sc, q_desc(q_s, ks), k_desc(sm, stage, ks), ks > 0);
+    wgmma_commit_group();
+    wgmma_wait_group<0>(sc);
+
+    softmax_step<T>(sc, o, st, n * N, a.scale_log2, p);
+
+    mbarrier_wait_parity(sm.v_full(stage), phase);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < N / 16; ++ks) wgmma_mma_async_rs<T>(o, p[ks], v_desc(sm, stage, ks, a.block_size));
+    wgmma_commit_group();
+    wgmma_wait_group<0>(o);
+    if (t == 0) mbarrier_arrive(sm.empty(stage));  // both operands read: the stage is free
+    // END SOLUTION
+  }
+  store_rows<T, D>(a, it, o, st, n_new, q_start);
+}
+// ANCHOR_END: consumer
+
+}  // namespace pa::ch13
