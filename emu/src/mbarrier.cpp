@@ -103,6 +103,9 @@ void Hopper::land(Mbarrier& m) {
 }
 
 bool Hopper::unstick() {
+  // The scheduler's own context, not a fiber's: a copy landed here is the async proxy's
+  // write, ordered by the barrier, not a write of the scheduler for ThreadSanitizer to see.
+  race::Quiet quiet;
   for (auto& [address, m] : barriers) {
     bool waited = false;
     for (const Thread& t : block->threads())
