@@ -94,6 +94,7 @@ void Hopper::land(Mbarrier& m) {
   while (n < m.flying.size() && m.tx > 0) {
     PendingLoad& c = m.flying[n++];
     std::memcpy(c.dst, c.image.data(), c.image.size());
+    async_view_landed(c.dst, c.image.size());
     initcheck::async_landed(c.dst, c.image.size());
     m.tx -= int64_t(c.image.size());
   }
