@@ -250,10 +250,11 @@ step "build everything" cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2
 phase_end "build"
 step "reference self-tests (pytest reference/)" \
     bash -c "cd reference && '$python' -m pytest -q -p no:cacheprovider"
-step "skeleton generator, book listings, progress, book-numbers, mutant-runner, A/B-table and CI-selector tests (pytest tools/)" \
+step "skeleton generator, book listings, progress, book-numbers, mutant-runner, A/B-table, CI-selector and GPU-hazard-table tests (pytest tools/)" \
     "$python" -m pytest -q -p no:cacheprovider tools/test_make_skeletons.py tools/test_book_listings.py \
     tools/test_progress.py tools/test_check_book_numbers.py tools/test_run_mutants.py tools/test_ab_table.py \
-    tools/test_ci_select.py tools/test_book_path.py tools/test_book_words.py tools/test_check_book_refs.py
+    tools/test_ci_select.py tools/test_book_path.py tools/test_book_words.py tools/test_check_book_refs.py \
+    tools/test_gpu_hazards.py
 step "the benchmarks' GPU-free parts: case files, comparisons, plots (pytest bench/)" \
     "$python" -m pytest -q -p no:cacheprovider bench/
 step "chapters/ is generated from solutions/ and current" \
