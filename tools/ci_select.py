@@ -234,7 +234,7 @@ def nvcc_files(root=ROOT):
     files = []
     for pattern in ("solutions/*/*.cu", "chapters/*/*.cu"):
         files += sorted(root.glob(pattern))
-    for name in ("test_semantics.cu", "test_hopper_semantics.cu"):
+    for name in ("test_semantics.cu", "test_hopper_semantics.cu", "hopper_hazard_driver.cu"):
         sem = root / "tests/emu" / name
         if sem.is_file():
             files.append(sem)
