@@ -5,6 +5,7 @@ rotating share of the rest (issue 58, CI's budget).
     python3 tools/ci_select.py chapters --build build/cpu      # directed and rotating chapters
     python3 tools/ci_select.py nvcc                           # the .cu files nvcc-check compiles
     python3 tools/ci_select.py explain --build build/cpu       # which change directs what
+    python3 tools/ci_select.py targets --build build/cpu       # chapters of emulator-test mutants
 
 "Changed" is against the parent commit (`--base`, default HEAD~1; CI's clone needs depth 2),
 plus what is uncommitted. A changed file directs a chapter when the chapter's tests are built
@@ -21,6 +22,12 @@ sorted list is k mod N run, k = `git rev-list --count HEAD` (anyone can recomput
 N = --share (default 4): every item runs at least once in N commits. The directed chapters
 come in an order that starts at the k-th (rotated), the order a time cap cuts from the end
 of (tools/ci_budget.py).
+
+A planted bug may run a test program of the emulator's own (its `target:`, such as chapter
+13's pipeline, tests/emu/test_emu_pipeline) rather than a chapter's solution test. Such a
+mutant's chapter has no solution to build (yet), so it is selected apart (`targets`): directed
+when a change reaches that program (its build inputs: the emulator, include/pa/, the pipeline)
+or the mutant files, rotating like the rest otherwise.
 
 nvcc-check's files are not in the CPU build's graph as nvcc compiles them, so for them the
 same closure is read from the sources' own #include "..." lines (project headers only),
@@ -122,6 +129,35 @@ def chapter_inputs(build, chapters, root=ROOT):
     return out
 
 
+MUTANT_TARGET = re.compile(r"^target: *(\S+)", re.M)
+
+
+def target_chapters(root=ROOT):
+    """{chapter: the test programs its planted bugs name (target:)}, for the chapters with
+    no solutions/ of their own."""
+    have = set(chapters_of_tree(root))
+    out = {}
+    for p in sorted((root / "tests" / "mutants").glob("[0-9][0-9]-*.mutant")):
+        m = MUTANT_TARGET.search(p.read_text(errors="replace"))
+        if m and p.name[:2] not in have:
+            out.setdefault(p.name[:2], set()).add(m.group(1))
+    return out
+
+
+def target_inputs(build, targets, root=ROOT):
+    """The repository files the test programs `targets` (paths in the build) are built from."""
+    build = Path(build).resolve()
+    deps = parse_deps(ninja(build, "-t", "deps"))
+    files = set()
+    for t in sorted(targets):
+        for item in ninja(build, "-t", "inputs", t).split():
+            for f in [item] + deps.get(item, []):
+                rel = repo_relative(f, build, root)
+                if rel:
+                    files.add(rel)
+    return files
+
+
 def owner(path):
     """The chapter a file is one of (its solution, skeleton, tests or a mutant of it), or None."""
     m = CHAPTER_DIR.match(path) or MUTANT_FILE.match(path)
@@ -198,7 +234,7 @@ def nvcc_files(root=ROOT):
     files = []
     for pattern in ("solutions/*/*.cu", "chapters/*/*.cu"):
         files += sorted(root.glob(pattern))
-    for name in ("test_semantics.cu", "test_hopper_semantics.cu"):
+    for name in ("test_semantics.cu", "test_hopper_semantics.cu", "hopper_hazard_driver.cu"):
         sem = root / "tests/emu" / name
         if sem.is_file():
             files.append(sem)
@@ -222,7 +258,7 @@ def directed_nvcc(changed, files, root=ROOT):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("chapters", "nvcc", "explain"))
+    ap.add_argument("what", choices=("chapters", "nvcc", "explain", "targets"))
     ap.add_argument("--build", help="the configured and built CPU build directory (chapters, explain)")
     ap.add_argument("--base", default=os.environ.get("PA_CI_BASE", "HEAD~1"),
                     help="the commit to compare with (default HEAD~1; env PA_CI_BASE)")
@@ -234,6 +270,19 @@ def main(argv=None):
     k = commit_count()
     chapters = chapters_of_tree()
 
+    if args.what == "targets":
+        if not args.build:
+            ap.error("--build is needed (the programs' inputs come from its build graph)")
+        owned = target_chapters()
+        inputs = {n: target_inputs(args.build, t) for n, t in owned.items()} if changed else {}
+        why = directed_chapters(changed, inputs, sorted(owned))
+        d, r, _ = select(sorted(owned), why, k, args.share)
+        print(" ".join(d))
+        print(" ".join(r))
+        if changed is not None:
+            for n in d:
+                print(f"  chapter {n}'s planted bugs: directed by {why[n]}", file=sys.stderr)
+        return 0
     if args.what == "nvcc":
         files = nvcc_files()
         why = directed_nvcc(changed, files)

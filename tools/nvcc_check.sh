@@ -47,7 +47,8 @@ files=()
 if [ "$#" -gt 0 ]; then
     [ "$1" = --none ] || files=("$@")
 else
-    for f in solutions/*/*.cu chapters/*/*.cu tests/emu/test_semantics.cu tests/emu/test_hopper_semantics.cu; do
+    for f in solutions/*/*.cu chapters/*/*.cu tests/emu/test_semantics.cu tests/emu/test_hopper_semantics.cu \
+             tests/emu/hopper_hazard_driver.cu; do
         [ -e "$f" ] && files+=("$f")
     done
 fi

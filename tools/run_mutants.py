@@ -43,7 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("chapter", "file", "find", "replace", "mode", "expect", "filter", "schedule", "why",
-        "pending")
+        "pending", "target")
 KEY_LINE = re.compile(r"^(%s):(?: (.*))?$" % "|".join(KEYS))
 # What the scratch copy leaves out: build outputs, the venv, git's store, the built book.
 EXCLUDE_TOP = {"build", ".venv", ".git", ".whl", ".gl", ".pytest_cache"}
@@ -355,8 +355,14 @@ def deal_groups(order):
     return groups
 
 
+def target_of(m):
+    """The test program a mutant runs, as a path in the build directory: its `target`
+    (an emulator test such as tests/emu/test_emu_pipeline), else its chapter's solution test."""
+    return m.get("target", "").strip() or f"test_ch{m['chapter']}_solution"
+
+
 def targets_of(group):
-    return sorted({f"test_ch{m['chapter']}_solution" for m in group})
+    return sorted({target_of(m) for m in group})
 
 
 # Chapters whose plain mutant builds use -O0, not -O1 (unless --opt is given), in a build
@@ -427,14 +433,14 @@ def run_one(m, tree, bdir, args, build_jobs, times=None):
     """Plants m in tree, rebuilds its chapter's test in bdir, runs it, restores the file.
     times: {test: ms} of the unmutated tests (the order of the first run; may be empty).
     Returns the result tuple of the table and the mutant's line."""
-    target = f"test_ch{m['chapter']}_solution"
+    target = target_of(m)
     log = m["log"]
     start = time.time()
     status, out, timed_out, caught, missing = "", "", False, False, []
     t_build = 0.0
     shared = shares_main_objects(args.opt) and m["ran_as"] == "plain"
     with planted(tree, m):
-        rc, bout = build(bdir, target, build_jobs,
+        rc, bout = build(bdir, Path(target).name, build_jobs,
                          opt_of(("plain", m["chapter"]), args.opt) if shared else None)
         t_build = time.time() - start
         if rc != 0:
@@ -571,7 +577,7 @@ class Pool:
                 # mutant rebuilds only what its file touches (plus what the last revert did).
                 targets = targets_of(group)
                 t_build = time.time()
-                rc, out = build(bdir, targets, self.build_jobs)
+                rc, out = build(bdir, [Path(t).name for t in targets], self.build_jobs)
                 if rc != 0:
                     log = self.logs / f"build-{worker_dir(mode, k)}.log"
                     log.write_text(out)
@@ -590,7 +596,7 @@ class Pool:
                     if self.past_deadline(group[i:]):
                         break
                     result, line = run_one(m, tree, bdir, self.args, self.build_jobs,
-                                           times[f"test_ch{m['chapter']}_solution"])
+                                           times[target_of(m)])
                     with self.cond:
                         self.done[m["index"]] = (result, lines + [line])
                         self.cond.notify_all()
@@ -609,14 +615,15 @@ class Pool:
         tests first): from --test-times DIR/TARGET.json (make ci: the solution tests' own run),
         else from an earlier measurement in WORK/test-times/, else measured now by running the
         unmutated tests once (plain mode, a group of 5 or more mutants; they must pass)."""
-        for path in ([Path(self.args.test_times) / f"{target}.json"] if self.args.test_times else []) \
-                + [self.work / "test-times" / f"{target}.json"]:
+        name = Path(target).name
+        for path in ([Path(self.args.test_times) / f"{name}.json"] if self.args.test_times else []) \
+                + [self.work / "test-times" / f"{name}.json"]:
             times = load_times(path)
             if times:
                 return times
         if mode != "plain" or n_mutants < 5:
             return {}
-        path = self.work / "test-times" / f"{target}.json"
+        path = self.work / "test-times" / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         start = time.time()
         r = subprocess.run([str(bdir / target), "--gtest_brief=1", f"--gtest_output=json:{path}.tmp"],
@@ -907,6 +914,12 @@ def sanitizer_verdict(tool, code, out):
 
 
 def run_on_gpu(mutants, args):
+    # The emulator's own planted bugs (a `target`, such as chapter 13's pipeline) have a GPU
+    # program of their own: tools/gpu_hazards.sh runs them under compute-sanitizer.
+    others = [m for m in mutants if m.get("target")]
+    if others:
+        print(f"   not here (tools/gpu_hazards.sh runs them): {' '.join(m['name'] for m in others)}")
+    mutants = [m for m in mutants if not m.get("target")]
     python = args.python or shutil.which("python3") or "python3"
     work = ROOT / args.work
     tree, logs = work / "tree", work / "logs"

@@ -162,3 +162,18 @@ def test_a_chapters_own_file_is_named_before_what_it_is_built_on():
     assert cs.own_change("01", why) and not cs.own_change("02", why)
     # A skeleton file is the chapter's own even where the graph does not list it.
     assert cs.own_change("03", cs.directed_chapters(["chapters/03-block-tables/c.cpp"], INPUTS, CHAPTERS))
+
+
+def test_a_mutant_with_its_own_target_gives_a_chapter_without_a_solution(tmp_path):
+    (tmp_path / "solutions" / "04-v1").mkdir(parents=True)
+    mutants = tmp_path / "tests" / "mutants"
+    mutants.mkdir(parents=True)
+    (mutants / "13-early.mutant").write_text("chapter: 13\ntarget: tests/emu/test_emu_pipeline\n")
+    (mutants / "04-plain.mutant").write_text("chapter: 4\n")
+    (mutants / "04-own.mutant").write_text("chapter: 4\ntarget: tests/emu/x\n")  # 04 has a solution
+    assert cs.target_chapters(tmp_path) == {"13": {"tests/emu/test_emu_pipeline"}}
+    # Directed by what its program is built from, or by its own mutant files.
+    inputs = {"13": {"emu/src/mbarrier.cpp", "tests/emu/hopper_pipeline.cuh"}}
+    assert cs.directed_chapters(["emu/src/mbarrier.cpp"], inputs, ["13"]) == {"13": "emu/src/mbarrier.cpp"}
+    assert cs.directed_chapters(["tests/mutants/13-early.mutant"], inputs, ["13"]) == {"13": "tests/mutants/13-early.mutant"}
+    assert cs.directed_chapters(["solutions/04-v1/a.cu"], inputs, ["13"]) == {}

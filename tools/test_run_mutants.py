@@ -336,3 +336,14 @@ def test_under_a_cap_the_given_chapters_are_dealt_first(fake):
                                  rotate=1, order="04 01")
     pool = run_mutants.Pool(groups, args, "python3", tmp, tmp / "logs", [tmp / "tree"], 2)
     assert [key[1] for key in pool.queues[0]] == ["04", "01", "02", "03"]
+
+
+def test_a_mutant_names_its_test_program_or_runs_its_chapters(tmp_path):
+    base = "chapter: 13\nfile: tests/emu/hopper_pipeline.cuh\nwhy: w\nfind: a\nreplace: b\nexpect: x\n"
+    (tmp_path / "13-own.mutant").write_text(base + "target: tests/emu/test_emu_pipeline\n")
+    (tmp_path / "13-plain.mutant").write_text(base)
+    own = run_mutants.parse_mutant(tmp_path / "13-own.mutant")
+    plain = run_mutants.parse_mutant(tmp_path / "13-plain.mutant")
+    assert run_mutants.target_of(own) == "tests/emu/test_emu_pipeline"
+    assert run_mutants.target_of(plain) == "test_ch13_solution"
+    assert run_mutants.targets_of([own, plain, own]) == ["test_ch13_solution", "tests/emu/test_emu_pipeline"]

@@ -24,6 +24,19 @@ struct SharedWindow {
 SharedWindow& shared_window();
 void set_shared_window(void* dynamic, size_t bytes);
 
+// The async proxy's view of the window (plain and checked mode alike): what TMA stores and
+// wgmma read. An ordinary store reaches it only at a fence.proxy.async (any thread's: the
+// emulator does not know whose bytes are whose, so it copies the whole window), a copy into
+// shared memory when it lands; the block starts with it poisoned, as shared memory is. So a
+// missing fence shows as stale bytes (0xFF, NaN) in what the async proxy reads.
+void async_view_fence();
+void async_view_landed(const char* p, size_t n);   // a copy landed at p: both proxies see it
+void async_view_poison(const char* p, size_t n);   // a copy is on its way to p: garbage
+// What the async proxy reads of [p, p + n), for an operation that found `at_issue` there
+// when it was issued: a byte rewritten since (a stage or a store's source reused before its
+// wait) as it is now, the late read the hardware allows; any other as the view has it.
+void async_read(const char* p, const char* at_issue, size_t n, char* out);
+
 struct Site {
   const char* file = nullptr;
   int line = 0;
@@ -67,6 +80,7 @@ struct PendingStore {
   hopper::TensorMapDesc map;  // tensor: the map and the box's coordinates
   int32_t coords[5];
   char* dst;                  // not tensor: where it goes
+  std::vector<char> at_issue; // the source's bytes at the issue (async_read)
 };
 
 // One wgmma.mma_async of a warpgroup (wgmma.cpp). It is computed, its operands read from
@@ -87,6 +101,7 @@ struct WgmmaOp {
   std::vector<float> out;        // 128 x n/2, once computed
   bool done = false;
   std::vector<uint32_t> chunks;  // the shared addresses of the 16-byte chunks it reads
+  std::vector<char> at_issue;    // those chunks' bytes at the issue (async_read)
   int handle = -1;               // checked mode: initcheck's record of those reads
 };
 

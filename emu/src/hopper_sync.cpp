@@ -18,6 +18,7 @@ void fence_proxy_async(const char*, int) {
   race::Quiet quiet;
   Block* b = current_block();
   ++b->threads()[size_t(b->thread_index())].proxy_fences;
+  async_view_fence();
 }
 
 void named_barrier(unsigned id, unsigned count, bool arrive_only, const char* file, int line) {

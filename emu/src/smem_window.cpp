@@ -7,6 +7,8 @@
 // live in each worker's thread-local storage and have no address in the window: a Hopper
 // wrapper that is given one says so.
 #include <cstdio>
+#include <cstring>
+#include <vector>
 #include <string>
 
 #include "block.h"
@@ -18,12 +20,30 @@
 namespace emu {
 namespace {
 thread_local SharedWindow tl_window;
+thread_local std::vector<char> tl_view;  // the async proxy's view (empty: not made yet)
+
+char* view_of(const char* p) {
+  if (tl_view.size() != tl_window.bytes) tl_view.assign(tl_window.bytes, char(0xFF));
+  return tl_view.data() + (p - tl_window.lo);
 }
+}  // namespace
 
 SharedWindow& shared_window() { return tl_window; }
 void set_shared_window(void* dynamic, size_t bytes) {
   tl_window.lo = static_cast<char*>(dynamic);
   tl_window.bytes = bytes;
+  tl_view.clear();
+}
+
+void async_view_fence() {
+  if (tl_window.bytes) std::memcpy(view_of(tl_window.lo), tl_window.lo, tl_window.bytes);
+}
+void async_view_landed(const char* p, size_t n) { std::memcpy(view_of(p), p, n); }
+void async_view_poison(const char* p, size_t n) { std::memset(view_of(p), 0xFF, n); }
+
+void async_read(const char* p, const char* at_issue, size_t n, char* out) {
+  const char* v = view_of(p);
+  for (size_t i = 0; i < n; ++i) out[i] = p[i] != at_issue[i] ? p[i] : v[i];
 }
 
 std::string place(const Site& s) {

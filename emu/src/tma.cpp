@@ -116,6 +116,7 @@ PendingLoad& start_load(Block* b, Mbarrier& m, void* dst, uint32_t bytes, bool t
                    "wgmma_wait_group<N> that covers the wgmmas reading it.");
     }
   h.land(m);  // a phase whose arrivals are in completes before this copy joins the next
+  async_view_poison(static_cast<char*>(dst), bytes);
   m.flying.push_back(PendingLoad{static_cast<char*>(dst), std::vector<unsigned char>(bytes), at,
                                  b->thread_index(), tensor});
   m.completed_bytes += bytes;
@@ -160,16 +161,18 @@ void start_store(Block* b, const char* src, uint32_t bytes, bool tensor, int gro
 }  // namespace
 
 void Hopper::perform(PendingStore& s) {
+  std::vector<char> src(s.bytes);  // the source as the async proxy reads it now
+  async_read(s.src, s.at_issue.data(), s.bytes, src.data());
   if (s.tensor) {
     const uint32_t a = hopper::kDynamicSharedBase + uint32_t(s.src - shared_window().lo);
     const uint32_t bytes = box_bytes(s.map);
     walk_box(s.map, s.coords, [&](uint32_t offset, const char* g) {
       if (!g) return;  // out of bounds: the store writes nothing there
       const uint32_t from = pa::swizzle_address(a + offset, s.map.swizzle_bytes) - a;
-      if (from < bytes) std::memcpy(const_cast<char*>(g), s.src + from, s.map.elem_bytes);
+      if (from < bytes) std::memcpy(const_cast<char*>(g), src.data() + from, s.map.elem_bytes);
     });
   } else {
-    std::memcpy(s.dst, s.src, s.bytes);
+    std::memcpy(s.dst, src.data(), s.bytes);
   }
   initcheck::async_landed(s.src, s.bytes);
 }
@@ -253,7 +256,8 @@ void tma_store(const TensorMapDesc* map, const void* src, const int32_t* coords,
   });
   ThreadHopper& t = h.threads[size_t(b->thread_index())];
   start_store(b, static_cast<const char*>(src), bytes, true, t.committed, what, at);
-  PendingStore s{t.committed, at, static_cast<const char*>(src), bytes, true, m, {}, nullptr};
+  PendingStore s{t.committed, at, static_cast<const char*>(src), bytes, true, m, {}, nullptr,
+                 std::vector<char>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes)};
   for (int d = 0; d < rank; ++d) s.coords[d] = coords[d];
   t.stores.push_back(s);
   ++h.progress;
@@ -275,7 +279,9 @@ void bulk_store(void* dst, const void* src, uint32_t bytes, const char* file, in
   ThreadHopper& t = h.threads[size_t(b->thread_index())];
   start_store(b, static_cast<const char*>(src), bytes, false, t.committed, what, at);
   t.stores.push_back(PendingStore{t.committed, at, static_cast<const char*>(src), bytes, false,
-                                  TensorMapDesc{}, {}, static_cast<char*>(dst)});
+                                  TensorMapDesc{}, {}, static_cast<char*>(dst),
+                                  std::vector<char>(static_cast<const char*>(src),
+                                                    static_cast<const char*>(src) + bytes)});
   ++h.progress;
 }
 

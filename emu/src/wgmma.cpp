@@ -267,6 +267,9 @@ void issue(Block* b, Hopper& h, int wg, WgmmaMeet& m) {
   } else {
     op->a = m.a;
   }
+  op->at_issue.resize(op->chunks.size() * 16);
+  for (size_t i = 0; i < op->chunks.size(); ++i)
+    std::memcpy(&op->at_issue[i * 16], shared_at(op->chunks[i]), 16);
   op->acc.assign(kWarpgroup, nullptr);
   op->in.assign(size_t(kWarpgroup) * size_t(rn), 0.f);
   op->from.assign(kWarpgroup, nullptr);
@@ -314,6 +317,15 @@ void Hopper::compute(WgmmaOp& op) {
   const int rn = c.n / 2, k = k_of(c), n = c.n;
   const uint32_t size = elem_bytes(c);
   std::vector<float> a(size_t(64 * k)), bm(size_t(n * k));  // A[m][k], B[n][k]
+  // The operands' chunks as the async proxy reads them now, and an element's bytes in them.
+  std::vector<char> seen(op.chunks.size() * 16);
+  for (size_t i = 0; i < op.chunks.size(); ++i)
+    async_read(shared_at(op.chunks[i]), &op.at_issue[i * 16], 16, &seen[i * 16]);
+  const auto operand_at = [&](uint32_t address) {
+    const size_t i = size_t(std::lower_bound(op.chunks.begin(), op.chunks.end(), address & ~15u) -
+                            op.chunks.begin());
+    return &seen[i * 16 + (address & 15u)];
+  };
   if (!op.a.empty()) {
     // A's fragment: register j of thread t holds row 16 w + g + 8 (j % 2), and its
     // 16-bit halves (8-bit quarters) columns 2 q + 8 (j / 2) + h (4 q + 16 (j / 2) + h).
@@ -332,12 +344,12 @@ void Hopper::compute(WgmmaOp& op) {
     const Tile ta = decode(c.desc_a, c.trans_a, size);
     for (int m = 0; m < 64; ++m)
       for (int kk = 0; kk < k; ++kk)
-        a[size_t(m * k + kk)] = load(shared_at(ta.address(uint32_t(m), uint32_t(kk))), c.type);
+        a[size_t(m * k + kk)] = load(operand_at(ta.address(uint32_t(m), uint32_t(kk))), c.type);
   }
   const Tile tb = decode(c.desc_b, c.trans_b, size);
   for (int j = 0; j < n; ++j)
     for (int kk = 0; kk < k; ++kk)
-      bm[size_t(j * k + kk)] = load(shared_at(tb.address(uint32_t(j), uint32_t(kk))), c.type);
+      bm[size_t(j * k + kk)] = load(operand_at(tb.address(uint32_t(j), uint32_t(kk))), c.type);
   op.out.assign(size_t(kWarpgroup) * size_t(rn), 0.f);
   for (int t = 0; t < kWarpgroup; ++t) {
     const float* in = &op.in[size_t(t) * size_t(rn)];

@@ -2,7 +2,9 @@
 //
 // fence_proxy_async(): shared memory written with ordinary stores (the generic proxy) and
 //   then read by TMA or wgmma (the async proxy) needs this fence in each writing thread,
-//   before the barrier that hands the data over. Checked mode names a bulk store that reads
+//   before the barrier that hands the data over. The emulator's TMA stores and wgmmas read
+//   shared memory as it was at the last fence (copies that landed since included): without one
+//   they read the block's starting poison. Checked mode names the store or wgmma that reads
 //   bytes whose writer did not fence.
 // named_barrier_sync(id, count) / named_barrier_arrive(id, count): bar.sync / bar.arrive on
 //   barrier id (1-15; 0 is __syncthreads'), for `count` threads (a multiple of 32, whole
