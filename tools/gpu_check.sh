@@ -9,7 +9,9 @@
 #          baselines alone, which bench also runs; ch08 is
 #          chapters 3, 7 and 8 alone: tests, sanitizers, the demo, bench_cascade, and the
 #          engine on chapter 10's kernel: its test and bench_engine; ch11 and ch12 are one
-#          chapter's tests, sanitizers and benchmark, ch11 with FlashInfer's MLA decode beside it)
+#          chapter's tests, sanitizers and benchmark, ch11 with FlashInfer's MLA decode beside it;
+#          ch13 is chapter 13's tests under memcheck, racecheck, synccheck and initcheck, the
+#          planted Hopper hazards under the GPU's tools, and the prefill chunks, ch13 beside ch10)
 # The FlashInfer baselines need .whl/ from tools/fetch_flashinfer.sh (run where PyPI is
 # reachable; carry .whl to the GPU machine); without it they skip and say so.
 set -uo pipefail
@@ -38,6 +40,7 @@ targets=()
                                test_ch08_chapter serve bench_cascade test_ch10_solution bench_engine)
 [ "$part" = ch11 ] && targets=(--target test_ch11_solution test_ch11_chapter bench_ch11 serve_mla)
 [ "$part" = ch12 ] && targets=(--target test_ch12_solution test_ch12_chapter test_ch10_solution bench_ch12)
+[ "$part" = ch13 ] && targets=(--target test_ch13_solution test_ch13_chapter test_emu_hopper bench_ch10)
 run build cmake --build $build -j 16 ${targets[@]+"${targets[@]}"}
 if [ "$part" = all ] || [ "$part" = tests ]; then
 run test_common $build/test_common
@@ -129,6 +132,28 @@ fi
 run "bench_$part" $build/bench/bench_$part --csv "$results/bench_$part.csv" --md "$results/bench_$part.md"
 [ "$part" = ch11 ] && run serve_mla $build/demo/serve_mla --quiet
 fi
+if [ "$part" = ch13 ]; then
+# Chapter 13 (sm_90a): its tests and the Hopper semantics under every sanitizer, the skeleton
+# red, the planted Hopper hazards under the GPU's tools (tools/gpu_hazards.sh), and the
+# prefill chunks of bench_ch10 with chapter 13's kernel beside chapter 10's. FLASHINFER_PART=
+# prefill (below, with part ch10's FlashInfer run) adds fa3 in the same call.
+for t in $build/test_ch13_solution $build/tests/emu/test_emu_hopper; do
+    n=$(basename "$t")
+    run "$n" "$t"
+    for tool in memcheck racecheck synccheck initcheck; do
+        extra=()
+        [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+        run "${tool}_$n" compute-sanitizer --tool $tool ${extra[@]+"${extra[@]}"} --error-exitcode 1 "$t"
+    done
+done
+if $build/test_ch13_chapter --gtest_brief=1 > "$out/test_ch13_chapter.log" 2>&1; then
+    summary+=("FAIL  test_ch13_chapter (the skeleton passed!)")
+else
+    summary+=("ok    test_ch13_chapter fails, as a skeleton must")
+fi
+run gpu_hazards bash tools/gpu_hazards.sh "$results"
+run bench_ch10_chunks $build/bench/bench_ch10 --only chunk --csv "$results/bench_ch13.csv" --md "$results/bench_ch13.md"
+fi
 if [ "$part" = ch11 ] && ls .whl/flashinfer_python-*.whl > /dev/null 2>&1; then
 run flashinfer_install python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/flashinfer-site .whl/*.whl
@@ -141,7 +166,8 @@ if [ "$part" = ch10 ] && [ "${BENCH_OURS:-1}" != 0 ]; then
 run bench_ch10 $build/bench/bench_ch10 --csv "$results/bench_ch10.csv" --md "$results/bench_ch10.md"
 run bench_ch12 $build/bench/bench_ch12 --csv "$results/bench_ch12.csv" --md "$results/bench_ch12.md"
 fi
-if { [ "$part" = all ] || [ "$part" = bench ] || [ "$part" = ch10 ]; } && [ "${FLASHINFER_PART:-all}" != none ]; then
+if { [ "$part" = all ] || [ "$part" = bench ] || [ "$part" = ch10 ] ||
+     { [ "$part" = ch13 ] && [ -n "${FLASHINFER_PART:-}" ]; }; } && [ "${FLASHINFER_PART:-all}" != none ]; then
 # FlashInfer's baselines of chapter 10 (its decode and prefill wrappers, SDPA's causal
 # prefill, FlexAttention paged decode), from the offline wheels in .whl/ if they are there;
 # FlashInfer compiles its kernels with this machine's nvcc at first use (a few minutes).
@@ -157,8 +183,9 @@ fi
 # bench_ch12 in the calls after the first), with FLASHINFER_TIMEOUT=SECONDS so that a part
 # that runs long still leaves results.tgz (its CSV is written case by case). The self-test
 # runs second: its tiny FlashInfer runs reuse the modules the benchmark built.
+# FLASHINFER_ONLY=TEXT[,TEXT...] runs the cases whose names contain one (ch13: chunk).
 run bench_flashinfer ${FLASHINFER_TIMEOUT:+timeout "$FLASHINFER_TIMEOUT"} \
-    python3 bench/bench_flashinfer.py --part "${FLASHINFER_PART:-all}" \
+    python3 bench/bench_flashinfer.py --part "${FLASHINFER_PART:-all}" ${FLASHINFER_ONLY:+--only "$FLASHINFER_ONLY"} \
     --csv "$results/bench_flashinfer.csv" --md "$results/bench_flashinfer.md"
 run bench_flashinfer_selftest python3 bench/bench_flashinfer.py --self-test
 fi
