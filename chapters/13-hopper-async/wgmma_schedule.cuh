@@ -40,17 +40,18 @@ __device__ void consume(const PrefillArgs<T>& a, const PrefillItem& it, const Sm
     const int stage = n % S::kStages;
     WgmmaAcc<N> sc;
     uint32_t p[N / 16][4];
+    float corr[2];
     // TODO(ch13): one KV tile, in stage `stage` (the n-th use of a stage; stage_pipeline.cuh
     //   says which phase that is): on return sc held the tile's scores S = Q K^T (D / 16
     //   k-steps of q_desc(q_s, ks) and k_desc(sm, stage, ks), S not accumulated onto anything
-    //   earlier), softmax_step(sc, o, st, n * N, a.scale_log2, p) turned them into P, and o
-    //   accumulated O += P V (N / 16 k-steps of v_desc(sm, stage, ks, a.block_size) with
-    //   p[ks] as A's registers), every product complete; the stage is released (one arrival
-    //   on empty(stage) for the warpgroup, once no wgmma of it reads the stage any more),
-    //   and no operand or accumulator was read or written by ordinary code while a wgmma
-    //   owned it. Read a stage only after its bytes landed: K and V have barriers of their
-    //   own.
-    (void)sc, (void)p, (void)stage, (void)q_s;
+    //   earlier), softmax_step(sc, st, n * N, a.scale_log2, p, corr) turned them into P, o
+    //   was rescaled by corr (rescale(o, corr)), and o accumulated O += P V (N / 16 k-steps
+    //   of v_desc(sm, stage, ks, a.block_size) with p[ks] as A's registers), every product
+    //   complete; the stage is released (one arrival on empty(stage) for the warpgroup, once
+    //   no wgmma of it reads the stage any more), and no operand or accumulator was read or
+    //   written by ordinary code while a wgmma owned it. Read a stage only after its bytes
+    //   landed: K and V have barriers of their own.
+    (void)sc, (void)p, (void)corr, (void)stage, (void)q_s;
   }
   store_rows<T, D>(a, it, o, st, n_new, q_start);
 }

@@ -56,11 +56,12 @@ struct RowState {
 // ANCHOR: softmax_step
 // The mask (a key after the row's position: the slots past the sequence's end included) and
 // the online softmax of one tile's scores, keys t0 .. t0 + N - 1: the row maxima over each
-// row's 4 threads, O rescaled, and P = 2^(s - m) packed into the A fragments of O += P V
-// (a[k][r] = pack(d[8 k + 2 r], d[8 k + 2 r + 1]): 16 keys a k-step).
-template <typename T, int N, int D>
-__device__ void softmax_step(WgmmaAcc<N>& sc, WgmmaAcc<D>& o, RowState& st, int t0, float scale_log2,
-                             uint32_t (&p)[N / 16][4]) {
+// row's 4 threads, and P = 2^(s - m) packed into the A fragments of O += P V (a[k][r] =
+// pack(d[8 k + 2 r], d[8 k + 2 r + 1]): 16 keys a k-step). corr[j]: what O's row j must be
+// multiplied by before this tile's P V adds to it (rescale(), once no wgmma owns O).
+template <typename T, int N>
+__device__ void softmax_step(WgmmaAcc<N>& sc, RowState& st, int t0, float scale_log2,
+                             uint32_t (&p)[N / 16][4], float (&corr)[2]) {
   const int t = threadIdx.x % 128;
   float mx[2] = {st.m[0], st.m[1]};
 #pragma unroll
@@ -69,7 +70,6 @@ __device__ void softmax_step(WgmmaAcc<N>& sc, WgmmaAcc<D>& o, RowState& st, int 
     sc.d[i] = key <= st.pos[j] ? sc.d[i] * scale_log2 : -INFINITY;
     mx[j] = fmaxf(mx[j], sc.d[i]);
   }
-  float corr[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 1));
@@ -78,8 +78,6 @@ __device__ void softmax_step(WgmmaAcc<N>& sc, WgmmaAcc<D>& o, RowState& st, int 
     st.m[j] = mx[j];
     st.l[j] *= corr[j];
   }
-#pragma unroll
-  for (int i = 0; i < WgmmaAcc<D>::kRegs; ++i) o.d[i] *= corr[(i / 2) % 2];
 #pragma unroll
   for (int i = 0; i < WgmmaAcc<N>::kRegs; i += 2) {
     const int j = (i / 2) % 2;
@@ -90,6 +88,13 @@ __device__ void softmax_step(WgmmaAcc<N>& sc, WgmmaAcc<D>& o, RowState& st, int 
   }
 }
 // ANCHOR_END: softmax_step
+
+// O's rows times corr (softmax_step's), the accumulators in ordinary registers again.
+template <int D>
+__device__ void rescale(WgmmaAcc<D>& o, const float (&corr)[2]) {
+#pragma unroll
+  for (int i = 0; i < WgmmaAcc<D>::kRegs; ++i) o.d[i] *= corr[(i / 2) % 2];
+}
 
 // O / l into the rows this tile has (each row's l summed over its 4 threads first).
 template <typename T, int D>

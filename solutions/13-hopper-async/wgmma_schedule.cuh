@@ -39,16 +39,17 @@ __device__ void consume(const PrefillArgs<T>& a, const PrefillItem& it, const Sm
     const int stage = n % S::kStages;
     WgmmaAcc<N> sc;
     uint32_t p[N / 16][4];
+    float corr[2];
     // TODO(ch13): one KV tile, in stage `stage` (the n-th use of a stage; stage_pipeline.cuh
     //   says which phase that is): on return sc held the tile's scores S = Q K^T (D / 16
     //   k-steps of q_desc(q_s, ks) and k_desc(sm, stage, ks), S not accumulated onto anything
-    //   earlier), softmax_step(sc, o, st, n * N, a.scale_log2, p) turned them into P, and o
-    //   accumulated O += P V (N / 16 k-steps of v_desc(sm, stage, ks, a.block_size) with
-    //   p[ks] as A's registers), every product complete; the stage is released (one arrival
-    //   on empty(stage) for the warpgroup, once no wgmma of it reads the stage any more),
-    //   and no operand or accumulator was read or written by ordinary code while a wgmma
-    //   owned it. Read a stage only after its bytes landed: K and V have barriers of their
-    //   own.
+    //   earlier), softmax_step(sc, st, n * N, a.scale_log2, p, corr) turned them into P, o
+    //   was rescaled by corr (rescale(o, corr)), and o accumulated O += P V (N / 16 k-steps
+    //   of v_desc(sm, stage, ks, a.block_size) with p[ks] as A's registers), every product
+    //   complete; the stage is released (one arrival on empty(stage) for the warpgroup, once
+    //   no wgmma of it reads the stage any more), and no operand or accumulator was read or
+    //   written by ordinary code while a wgmma owned it. Read a stage only after its bytes
+    //   landed: K and V have barriers of their own.
     // HINT(1): Each product is one group: wgmma_fence() before its first wgmma (ordinary code
     //   just wrote its accumulators or A's registers), its k-steps, wgmma_commit_group(), then
     //   a wait that covers it (wgmma_wait_group<0>, handing the accumulators back) before
@@ -58,13 +59,13 @@ __device__ void consume(const PrefillArgs<T>& a, const PrefillItem& it, const Sm
     //   after the wait of the P V group, from one thread of the warpgroup (t == 0).
     // HINT(3): mbarrier_wait_parity(sm.k_full(stage), (n / S::kStages) & 1); wgmma_fence();
     //   for ks < D / 16: wgmma_mma_async<T>(sc, q_desc(q_s, ks), k_desc(sm, stage, ks), ks >
-    //   0); wgmma_commit_group(); wgmma_wait_group<0>(sc); softmax_step<T>(sc, o, st, n * N,
-    //   a.scale_log2, p); mbarrier_wait_parity(sm.v_full(stage), same parity); wgmma_fence();
-    //   for ks < N / 16: wgmma_mma_async_rs<T>(o, p[ks], v_desc(sm, stage, ks,
+    //   0); wgmma_commit_group(); wgmma_wait_group<0>(sc); softmax_step<T>(sc, st, n * N,
+    //   a.scale_log2, p, corr); rescale(o, corr); mbarrier_wait_parity(sm.v_full(stage),
+    //   same parity); wgmma_fence(); for ks < N / 16: wgmma_mma_async_rs<T>(o, p[ks], v_desc(sm, stage, ks,
     //   a.block_size)); wgmma_commit_group(); wgmma_wait_group<0>(o); if t == 0:
     //   mbarrier_arrive(sm.empty(stage)).
     // BEGIN SOLUTION
-    // STUB: (void)sc, (void)p, (void)stage, (void)q_s;
+    // STUB: (void)sc, (void)p, (void)corr, (void)stage, (void)q_s;
     const unsigned phase = (n / S::kStages) & 1;
     mbarrier_wait_parity(sm.k_full(stage), phase);
     wgmma_fence();
@@ -74,7 +75,8 @@ __device__ void consume(const PrefillArgs<T>& a, const PrefillItem& it, const Sm
     wgmma_commit_group();
     wgmma_wait_group<0>(sc);
 
-    softmax_step<T>(sc, o, st, n * N, a.scale_log2, p);
+    softmax_step<T>(sc, st, n * N, a.scale_log2, p, corr);
+    rescale(o, corr);
 
     mbarrier_wait_parity(sm.v_full(stage), phase);
     wgmma_fence();
