@@ -41,7 +41,8 @@ def fields(p):
 
 def test_cpp_holds_the_mirrored_expressions():
     sw = source("include/pa/hopper/swizzle.h")
-    assert "const uint32_t bits = swizzle_bytes == 128 ? 7u : swizzle_bytes == 64 ? 3u : swizzle_bytes == 32 ? 1u : 0u;" in sw
+    assert ("const uint32_t bits = swizzle_bytes == 128 ? 7u : swizzle_bytes == 64 ? 3u : "
+            "swizzle_bytes == 32 ? 1u : 0u;") in sw
     assert "return address ^ (((address >> 7) & bits) << 4);" in sw
     wg = source("include/pa/hopper/wgmma.h")
     assert "return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);" in wg
