@@ -56,6 +56,20 @@ else
     echo "(chapters/10-varlen-attention has your work in it: make book on an untouched skeleton shows the red output here)" > "$gen/ch10-red.txt"
 fi
 
+# Chapter 13's red output, the same way, when chapters/13-*/ is untouched.
+if python3 tools/make_skeletons.py --check --chapter 13 > /dev/null; then
+    cmake --build "$build" --target test_ch13_chapter > /dev/null
+    red=$(PA_NO_PROGRESS=1 bash tools/run_chapter.sh "$build" chapter 13 2>&1 || true)
+    {
+        echo "\$ make test-chapter-13"
+        head -n 6 <<<"$red"
+        echo "[... one such report per failing test ...]"
+        sed -n '/^\[=*\] [0-9]* tests\{0,1\} from .* ran/,$p' <<<"$red"
+    } | sed "s|$here||g" > "$gen/ch13-red.txt"
+else
+    echo "(chapters/13-hopper-async has your work in it: make book on an untouched skeleton shows the red output here)" > "$gen/ch13-red.txt"
+fi
+
 # What the tour prints for each chapter on this machine (chapters 2 and 3 share a section).
 "$build/demo/tour" --chapter 1 > "$gen/ch01-tour.txt"
 "$build/demo/tour" --chapter 2 > "$gen/ch02-tour.txt"

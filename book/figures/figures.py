@@ -34,6 +34,7 @@ import ch08  # noqa: E402  (chapter 8's figures)
 import ch10  # noqa: E402  (chapter 10's kernel figures)
 import ch11  # noqa: E402  (chapter 11's figures)
 import ch12  # noqa: E402  (chapter 12's figure)
+import ch13  # noqa: E402  (chapter 13's figures)
 from style import (BLUE, GREEN, GREY, GRID, INK, LIGHT, MUTED, ORANGE, PINK, RED,  # noqa: E402
                    SEQ_COLOURS, SKY)
 
@@ -1095,6 +1096,9 @@ FIGURES = {
     "mla-fp8-row": ch11.mla_fp8_row,
     "hybrid-window": ch12.hybrid_window,  # book/figures/ch12.py
     "window-mask": ch12.window_mask,
+    "hopper-pipeline": ch13.pipeline_timeline,  # book/figures/ch13.py
+    "hopper-k-swizzle": ch13.k_page_swizzle,
+    "wgmma-fragments": ch13.wgmma_fragments,
     "stale-table": appendix_b.stale_table,  # book/figures/appendix_b.py
 }
 

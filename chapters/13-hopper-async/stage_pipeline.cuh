@@ -48,6 +48,7 @@ __device__ void zero_page_tail(unsigned char* page, int bs, int first, int lane)
   }
 }
 
+// ANCHOR: tail_page
 // The V page that holds the sequence's last token and slots past it (whatever the pool had
 // there: NaN in the tests, and P = 0 times NaN is NaN) was loaded onto the patch barrier.
 // The warp waits for it (phase patch_phase), zeroes the slots past the end, makes its writes
@@ -63,6 +64,7 @@ __device__ unsigned finish_tail_page(const Smem<D>& sm, int stage, int p, int bs
   if (lane == 0) mbarrier_arrive(sm.v_full(stage));
   return patch_phase ^ 1;
 }
+// ANCHOR_END: tail_page
 
 // ANCHOR: producer
 template <typename T, int D>

@@ -36,6 +36,7 @@ struct TileShape {
 };
 // ANCHOR_END: tile_shape
 
+// ANCHOR: smem
 // Where one thread block's shared memory goes.
 template <int D>
 struct Smem {
@@ -59,6 +60,7 @@ struct Smem {
   __device__ uint64_t* empty(int s) const { return bar(2 * S::kStages + s); }
   __device__ uint64_t* patch() const { return bar(3 * S::kStages); }
 };
+// ANCHOR_END: smem
 
 // Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows, stored as K's stage is
 // (slabs of 64 rows x 128 bytes, 128-byte swizzle): the pattern to follow below.
