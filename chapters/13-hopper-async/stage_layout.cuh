@@ -5,11 +5,16 @@
 //
 // One thread block's shared memory: Q (128 rows), then kStages stages of K and V, then the
 // barriers. A stage holds kTokens tokens of one KV head, its pages side by side:
-//   K  [slab][token][64 dims]: kSlabs slabs of kTokens rows of 128 bytes, each row one
-//      token's 64 dims, swizzled by 128 bytes: the K-major tile of S = Q K^T's B operand
-//      (n = token, k = dim).
+//   K  [chunk][token][8 dims]: D / 8 chunks, each the stage's kTokens tokens of 16 bytes (as
+//      a page stores them, [D / 8][BS][8], but with the stage's tokens together): the
+//      K-major tile of S = Q K^T's B operand (n = token, k = dim) without a swizzle, its
+//      8 x 16-byte core matrices each 128 contiguous bytes.
 //   V  [page][d][BS tokens]: each page as the pool stores it, D rows of BS * 2 bytes: the
-//      K-major tile of O += P V's B operand (n = d, k = token).
+//      K-major tile of O += P V's B operand (n = d, k = token), swizzled by its row's bytes.
+// Why not K token-major, one 128-byte swizzled row of 64 dims a token, as Q is? A token's 64
+// dims are 8 chunks BS x 16 bytes apart in the pool, and a swizzled TMA box's inner extent
+// must be the swizzle span: the GPU pads a shorter inner row to the span (measured on the
+// H100: the 16-byte chunks landed 128 bytes apart), so no box gathers them into one row.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +31,6 @@ template <int D>
 struct TileShape {
   static constexpr int kTokens = D > 128 ? 64 : 128;  // KV tokens per stage
   static constexpr int kStages = 2;
-  static constexpr int kSlabs = D / 64;                // 128-byte (64-dim) slabs of a row
   static constexpr int kQBytes = kCtaRows * D * 2;
   static constexpr int kKBytes = kTokens * D * 2;
   static constexpr int kVBytes = kTokens * D * 2;
@@ -47,10 +51,10 @@ struct Smem {
   __device__ unsigned char* q(int wg) const { return base + wg * (S::kQBytes / 2); }
   __device__ unsigned char* k(int stage) const { return base + S::kQBytes + stage * S::kStageBytes; }
   __device__ unsigned char* v(int stage) const { return k(stage) + S::kKBytes; }
-  // Where the TMA box of page p (0 .. kTokens / BS - 1) and slab `slab` of K lands, and page
-  // p of V.
-  __device__ unsigned char* k_box(int stage, int p, int slab, int bs) const {
-    return k(stage) + slab * (S::kTokens * 128) + p * (bs * 128);
+  // Where the TMA box of page p (0 .. kTokens / BS - 1) and 16-byte chunk c (dims 8 c ..
+  // 8 c + 7) of K lands, and page p of V.
+  __device__ unsigned char* k_box(int stage, int p, int c, int bs) const {
+    return k(stage) + c * (S::kTokens * 16) + p * (bs * 16);
   }
   __device__ unsigned char* v_box(int stage, int p, int bs) const { return v(stage) + p * (bs * D * 2); }
   __device__ uint64_t* bar(int i) const {
@@ -63,8 +67,8 @@ struct Smem {
 };
 // ANCHOR_END: smem
 
-// Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows, stored as K's stage is
-// (slabs of 64 rows x 128 bytes, 128-byte swizzle): the pattern to follow below.
+// Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows: slabs of 64 rows x 128
+// bytes (64 dims), 128-byte swizzle (load_q writes them so); each k-step 32 bytes further.
 __device__ inline uint64_t q_desc(const unsigned char* q_s, int ks) {
   return wgmma_descriptor(q_s + (ks / 4) * (64 * 128) + (ks % 4) * 32, 16, 1024, WgmmaSwizzle::B128);
 }
@@ -77,10 +81,10 @@ TmaDtype tma_dtype() {
 // ANCHOR: layout_exercise
 // TODO(ch13): the four functions below, so that TMA's writes and wgmma's reads agree.
 //   k_map_spec: the tensor map over chapter 2's K pool ([block][kv head][D / 8][BS][8],
-//     k_pool's elements) whose box at coordinates (0, 8 slab, 0, kv_head, block) brings
-//     page `block`'s 64 dims of slab `slab` for its BS tokens, landing at Smem::k_box as BS
-//     rows of 128 bytes (one token each), swizzled by 128 bytes. A block coordinate of
-//     s.num_blocks (past the pool) must bring zeros. allocation_bytes: the pool's bytes.
+//     k_pool's elements) whose box at coordinates (0, 0, c, kv_head, block) brings chunk c
+//     (dims 8 c .. 8 c + 7) of page `block`'s BS tokens, BS x 16 bytes, to Smem::k_box
+//     (no swizzle). A block coordinate of s.num_blocks (past the pool) must bring zeros.
+//     allocation_bytes: the pool's bytes.
 //   v_map_spec: the map over the V pool ([block][kv head][D][BS]) whose box at (0, 0,
 //     kv_head, block) brings one page as D rows of BS tokens, landing at Smem::v_box,
 //     swizzled by the row's bytes (none for BS = 8, whose 16-byte rows need none).

@@ -26,13 +26,14 @@ struct PrefillArgs {
   int block_size;  // BS: 8, 16 or 32 tokens a page
 };
 
-// The kSlabs TMA boxes of one K page into stage `stage`, page p of the stage, completing on
-// k_full(stage). block: the pool's block (s.num_blocks: past the pool, zeros).
+// The D / 8 TMA boxes (one a 16-byte chunk of the page's tokens) of one K page into stage
+// `stage`, page p of the stage, completing on k_full(stage). block: the pool's block
+// (s.num_blocks: past the pool, zeros).
 template <int D>
 __device__ void load_k_page(const TensorMap& k_map, const Smem<D>& sm, int stage, int p, int bs,
                             int kv_head, int block) {
-  for (int slab = 0; slab < TileShape<D>::kSlabs; ++slab)
-    tma_load_5d(sm.k_box(stage, p, slab, bs), k_map, 0, 8 * slab, 0, kv_head, block, sm.k_full(stage));
+  for (int c = 0; c < D / 8; ++c)
+    tma_load_5d(sm.k_box(stage, p, c, bs), k_map, 0, 0, c, kv_head, block, sm.k_full(stage));
 }
 
 // Zeroes tokens [first, BS) of each of the D rows of one V page in shared memory (BS * 2-byte

@@ -4,11 +4,16 @@
 //
 // One thread block's shared memory: Q (128 rows), then kStages stages of K and V, then the
 // barriers. A stage holds kTokens tokens of one KV head, its pages side by side:
-//   K  [slab][token][64 dims]: kSlabs slabs of kTokens rows of 128 bytes, each row one
-//      token's 64 dims, swizzled by 128 bytes: the K-major tile of S = Q K^T's B operand
-//      (n = token, k = dim).
+//   K  [chunk][token][8 dims]: D / 8 chunks, each the stage's kTokens tokens of 16 bytes (as
+//      a page stores them, [D / 8][BS][8], but with the stage's tokens together): the
+//      K-major tile of S = Q K^T's B operand (n = token, k = dim) without a swizzle, its
+//      8 x 16-byte core matrices each 128 contiguous bytes.
 //   V  [page][d][BS tokens]: each page as the pool stores it, D rows of BS * 2 bytes: the
-//      K-major tile of O += P V's B operand (n = d, k = token).
+//      K-major tile of O += P V's B operand (n = d, k = token), swizzled by its row's bytes.
+// Why not K token-major, one 128-byte swizzled row of 64 dims a token, as Q is? A token's 64
+// dims are 8 chunks BS x 16 bytes apart in the pool, and a swizzled TMA box's inner extent
+// must be the swizzle span: the GPU pads a shorter inner row to the span (measured on the
+// H100: the 16-byte chunks landed 128 bytes apart), so no box gathers them into one row.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +30,6 @@ template <int D>
 struct TileShape {
   static constexpr int kTokens = D > 128 ? 64 : 128;  // KV tokens per stage
   static constexpr int kStages = 2;
-  static constexpr int kSlabs = D / 64;                // 128-byte (64-dim) slabs of a row
   static constexpr int kQBytes = kCtaRows * D * 2;
   static constexpr int kKBytes = kTokens * D * 2;
   static constexpr int kVBytes = kTokens * D * 2;
@@ -46,10 +50,10 @@ struct Smem {
   __device__ unsigned char* q(int wg) const { return base + wg * (S::kQBytes / 2); }
   __device__ unsigned char* k(int stage) const { return base + S::kQBytes + stage * S::kStageBytes; }
   __device__ unsigned char* v(int stage) const { return k(stage) + S::kKBytes; }
-  // Where the TMA box of page p (0 .. kTokens / BS - 1) and slab `slab` of K lands, and page
-  // p of V.
-  __device__ unsigned char* k_box(int stage, int p, int slab, int bs) const {
-    return k(stage) + slab * (S::kTokens * 128) + p * (bs * 128);
+  // Where the TMA box of page p (0 .. kTokens / BS - 1) and 16-byte chunk c (dims 8 c ..
+  // 8 c + 7) of K lands, and page p of V.
+  __device__ unsigned char* k_box(int stage, int p, int c, int bs) const {
+    return k(stage) + c * (S::kTokens * 16) + p * (bs * 16);
   }
   __device__ unsigned char* v_box(int stage, int p, int bs) const { return v(stage) + p * (bs * D * 2); }
   __device__ uint64_t* bar(int i) const {
@@ -62,8 +66,8 @@ struct Smem {
 };
 // ANCHOR_END: smem
 
-// Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows, stored as K's stage is
-// (slabs of 64 rows x 128 bytes, 128-byte swizzle): the pattern to follow below.
+// Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows: slabs of 64 rows x 128
+// bytes (64 dims), 128-byte swizzle (load_q writes them so); each k-step 32 bytes further.
 __device__ inline uint64_t q_desc(const unsigned char* q_s, int ks) {
   return wgmma_descriptor(q_s + (ks / 4) * (64 * 128) + (ks % 4) * 32, 16, 1024, WgmmaSwizzle::B128);
 }
@@ -76,10 +80,10 @@ TmaDtype tma_dtype() {
 // ANCHOR: layout_exercise
 // TODO(ch13): the four functions below, so that TMA's writes and wgmma's reads agree.
 //   k_map_spec: the tensor map over chapter 2's K pool ([block][kv head][D / 8][BS][8],
-//     k_pool's elements) whose box at coordinates (0, 8 slab, 0, kv_head, block) brings
-//     page `block`'s 64 dims of slab `slab` for its BS tokens, landing at Smem::k_box as BS
-//     rows of 128 bytes (one token each), swizzled by 128 bytes. A block coordinate of
-//     s.num_blocks (past the pool) must bring zeros. allocation_bytes: the pool's bytes.
+//     k_pool's elements) whose box at coordinates (0, 0, c, kv_head, block) brings chunk c
+//     (dims 8 c .. 8 c + 7) of page `block`'s BS tokens, BS x 16 bytes, to Smem::k_box
+//     (no swizzle). A block coordinate of s.num_blocks (past the pool) must bring zeros.
+//     allocation_bytes: the pool's bytes.
 //   v_map_spec: the map over the V pool ([block][kv head][D][BS]) whose box at (0, 0,
 //     kv_head, block) brings one page as D rows of BS tokens, landing at Smem::v_box,
 //     swizzled by the row's bytes (none for BS = 8, whose 16-byte rows need none).
@@ -89,22 +93,23 @@ TmaDtype tma_dtype() {
 //     for O += P V, n = the D dims; for BS = 8 one k-step spans two pages.
 //   include/pa/hopper/wgmma.h gives the canonical layouts (where element (r, k) of a K-major
 //   tile sits for each swizzle) and wgmma_descriptor(tile, LBO, SBO, swizzle).
-// HINT(1): Three facts do it. TMA writes a box densely, dimension 0 fastest, and a tensor
-//   map's dimensions need not follow the pool's order: dimension i is whatever the
-//   coordinates walk with strides[i - 1]. A swizzle works on shared addresses, so it agrees
-//   wherever both sides start tiles on atoms. wgmma's SBO is the distance between groups of
-//   8 rows, LBO (without a swizzle) the distance between 16-byte columns of k.
-// HINT(2): K's map: dims (8 elements of a chunk, D / 8 chunks, BS tokens, Hkv, blocks) with
-//   the chunk's stride BS x 16 bytes and the token's 16, box (8, 8, BS, 1, 1): 8 chunks x 8
-//   elements = one 128-byte row per token. V's map: dims (BS, D, Hkv, blocks), box (BS, D,
-//   1, 1). Swizzled K-major: SBO = 8 rows x the row's bytes; a k-step moves the start 32
-//   bytes along the row. V with BS = 8: no swizzle, 8-row groups 128 bytes apart (SBO), the
-//   next page (the next 8 tokens of k) LBO = 8 x D x 2 bytes on.
-// HINT(3): k_map_spec: rank 5, dims {8, D/8, BS, Hkv, num_blocks}, strides {BS*16, 16,
-//   D*BS*2, Hkv*D*BS*2}, box {8, 8, BS, 1, 1}, swizzle B128. v_map_spec: rank 4, dims {BS, D,
+// HINT(1): TMA writes a box densely, dimension 0 fastest; a swizzled box's inner extent must
+//   be the swizzle span (encode_tensor_map refuses anything else). A swizzle works on shared
+//   addresses, so it agrees wherever both sides start tiles on atoms. wgmma's SBO is the
+//   distance between groups of 8 rows (n), LBO (without a swizzle) between 16-byte columns
+//   of k.
+// HINT(2): K's map walks the pool as it is stored: dims (8 elements, BS tokens, D / 8 chunks,
+//   Hkv, blocks), box (8, BS, 1, 1, 1), no swizzle. In K's stage a chunk's kTokens tokens
+//   are 16 bytes apart, chunks kTokens x 16 bytes apart, a k-step two chunks. V's map: dims
+//   (BS, D, Hkv, blocks), box (BS, D, 1, 1). Swizzled K-major (V): SBO = 8 rows x the row's
+//   bytes; a k-step moves the start 32 bytes along the row. V with BS = 8: no swizzle, 8-row
+//   groups 128 bytes apart (SBO), the next page (the next 8 tokens of k) LBO = 8 x D x 2
+//   bytes on.
+// HINT(3): k_map_spec: rank 5, dims {8, BS, D/8, Hkv, num_blocks}, strides {16, BS*16,
+//   D*BS*2, Hkv*D*BS*2}, box {8, BS, 1, 1, 1}, no swizzle. v_map_spec: rank 4, dims {BS, D,
 //   Hkv, num_blocks}, strides {BS*2, D*BS*2, Hkv*D*BS*2}, box {BS, D, 1, 1}, swizzle BS*2
-//   bytes (None for 8). k_desc: wgmma_descriptor(k(stage) + (ks/4) * kTokens*128 + (ks%4)*32,
-//   16, 1024, B128). v_desc, BS >= 16: page = 16 ks / BS, wgmma_descriptor(v_box(stage, page)
+//   bytes (None for 8). k_desc: wgmma_descriptor(k(stage) + 2 ks * kTokens * 16, kTokens *
+//   16, 128, None). v_desc, BS >= 16: page = 16 ks / BS, wgmma_descriptor(v_box(stage, page)
 //   + (16 ks % BS) * 2, 16, 8 * BS * 2, swizzle BS * 2); BS = 8: wgmma_descriptor(
 //   v_box(stage, 2 ks), BS * D * 2, 128, None).
 // BEGIN SOLUTION
@@ -131,13 +136,12 @@ TensorMapSpec k_map_spec(const T* k_pool, const ch10::VarlenShape& s) {
   m.dtype = tma_dtype<T>();
   m.rank = 5;
   m.global = k_pool;
-  // Read token-major: dimension 1 the chunk (BS x 16 bytes apart), 2 the token (16 bytes).
-  const uint64_t dims[5] = {8, d / 8, bs, hkv, uint64_t(s.num_blocks)};
-  const uint64_t strides[4] = {bs * 16, 16, d * bs * 2, hkv * d * bs * 2};
-  const uint32_t box[5] = {8, 8, uint32_t(bs), 1, 1};
+  const uint64_t dims[5] = {8, bs, d / 8, hkv, uint64_t(s.num_blocks)};
+  const uint64_t strides[4] = {16, bs * 16, d * bs * 2, hkv * d * bs * 2};
+  const uint32_t box[5] = {8, uint32_t(bs), 1, 1, 1};  // one chunk of one page's tokens
   for (int i = 0; i < 5; ++i) m.dims[i] = dims[i], m.box[i] = box[i];
   for (int i = 0; i < 4; ++i) m.strides[i] = strides[i];
-  m.swizzle = TmaSwizzle::B128;
+  m.swizzle = TmaSwizzle::None;
   m.allocation_bytes = size_t(s.num_blocks) * hkv * d * bs * 2;
   return m;
 }
@@ -161,8 +165,9 @@ TensorMapSpec v_map_spec(const T* v_pool, const ch10::VarlenShape& s) {
 
 template <int D>
 __device__ uint64_t k_desc(const Smem<D>& sm, int stage, int ks) {
-  return wgmma_descriptor(sm.k(stage) + (ks / 4) * (TileShape<D>::kTokens * 128) + (ks % 4) * 32, 16,
-                          1024, WgmmaSwizzle::B128);
+  // Chunks 2 ks and 2 ks + 1: core matrices of 8 tokens x 16 bytes, the next chunk LBO on.
+  constexpr uint32_t chunk_bytes = TileShape<D>::kTokens * 16;
+  return wgmma_descriptor(sm.k(stage) + 2 * ks * chunk_bytes, chunk_bytes, 128, WgmmaSwizzle::None);
 }
 
 template <int D>

@@ -140,7 +140,7 @@ void check_stage(int bs) {
       const float want = code(b, kv_head, d, tok % bs), got = gk[size_t(d) * N + tok];
       if (got != want)
         ADD_FAILURE() << "K through k_desc: token " << tok << " (page " << p << ", block " << b
-                      << ", slot " << tok % bs << "), dim " << d << " (slab " << d / 64
+                      << ", slot " << tok % bs << "), dim " << d << " (chunk " << d / 8
                       << "): read " << got << ", the pool has " << want << (++bad == 5 ? " (and more)" : "");
     }
   for (int tok = 0; tok < N && bad < 10; ++tok)

@@ -496,6 +496,11 @@ TEST(HopperTensorMap, TheEncoderRefusesWhatTheDriverRefuses) {
   s = spec();
   s.swizzle = pa::TmaSwizzle::B64;  // 128-byte inner box rows, a 64-byte swizzle
   EXPECT_TRUE(contains_text(refused(s), "must be at most the swizzle size, 64 bytes"));
+  s = spec();  // the project's rule: 16-byte inner rows under a 128-byte swizzle (the GPU pads them)
+  s.box[0] = 8;
+  s.swizzle = pa::TmaSwizzle::B128;
+  EXPECT_TRUE(contains_text(refused(s), "(boxDim[0] * element size = 16 bytes) is not the "
+                                        "swizzle's 128 bytes: the GPU pads a shorter inner row"));
   s = spec();
   s.dims[1] = 0;
   EXPECT_TRUE(contains_text(refused(s), "globalDim[1] is 0"));

@@ -119,7 +119,16 @@ inline std::string tensor_map_problem(const TensorMapSpec& s) {
   if (span && s.box[0] * elem > span)
     return "the bounding box inner dimension (boxDim[0] * element size = " + n(s.box[0] * elem) +
            " bytes) must be at most the swizzle size, " + n(span) + " bytes";
-  // The project's own rule: the tensor must lie inside its allocation.
+  // The project's rules. A swizzled box's inner extent is the swizzle span: the driver takes
+  // a shorter one, but the GPU then pads each inner row to the span in shared memory (8
+  // tokens' 16-byte chunks of a K page landed 128 bytes apart on the H100, 2026-12-07), which
+  // no dense reading of the box expects and the emulator does not model.
+  if (span && s.box[0] * elem != span)
+    return "the bounding box inner dimension (boxDim[0] * element size = " + n(s.box[0] * elem) +
+           " bytes) is not the swizzle's " + n(span) + " bytes: the GPU pads a shorter inner "
+           "row to the swizzle span in shared memory (the project's rule: make boxDim[0] fill "
+           "the span, or use no swizzle)";
+  // And the tensor must lie inside its allocation.
   uint64_t extent = s.dims[0] * elem;
   for (int i = 1; i < s.rank; ++i) extent += (s.dims[i] - 1) * s.strides[i - 1];
   size_t alloc = s.allocation_bytes;
