@@ -27,12 +27,13 @@ struct PrefillArgs {
 };
 
 // The D / 8 TMA boxes (one a 16-byte chunk of the page's tokens) of one K page into stage
-// `stage`, page p of the stage, completing on k_full(stage). block: the pool's block
-// (s.num_blocks: past the pool, zeros).
+// `stage`, page p of the stage, completing on k_full(stage), shared by the warp's lanes (every
+// lane calls it): 128 boxes a stage are too many for one lane to issue. block: the pool's
+// block (s.num_blocks: past the pool, zeros).
 template <int D>
 __device__ void load_k_page(const TensorMap& k_map, const Smem<D>& sm, int stage, int p, int bs,
-                            int kv_head, int block) {
-  for (int c = 0; c < D / 8; ++c)
+                            int kv_head, int block, int lane) {
+  for (int c = lane; c < D / 8; c += 32)
     tma_load_5d(sm.k_box(stage, p, c, bs), k_map, 0, 0, c, kv_head, block, sm.k_full(stage));
 }
 
@@ -84,8 +85,8 @@ __device__ void produce(const TensorMap& k_map, const TensorMap& v_map, const Pr
     // the tile has none.
     const int tail = seq_len % BS && seq_len / BS - first_page < pages ? seq_len / BS - first_page : -1;
     // TODO(ch13): fill stage `stage` with the tile's `pages` pages of K and of V, the whole
-    //   warp calling (lane 0 issues; every lane waits), without overwriting a stage a
-    //   consumer still reads:
+    //   warp calling (lane 0 announces bytes and issues V's copies, every lane calls
+    //   load_k_page, every lane waits), without overwriting a stage a consumer still reads:
     //   - only once both consumer warpgroups have released the stage's previous use (empty);
     //     its first use waits for nothing;
     //   - k_full(stage) completes its phase when every K byte of the tile has landed, v_full

@@ -29,7 +29,8 @@ namespace pa::ch13 {
 template <int D>
 struct TileShape {
   static constexpr int kTokens = D > 128 ? 64 : 128;  // KV tokens per stage
-  static constexpr int kStages = 2;
+  // Stages in the ring: as many as fit beside Q in 227 KB (4 at D 64, 3 at D 128, 2 at D 256).
+  static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
   static constexpr int kQBytes = kCtaRows * D * 2;
   static constexpr int kKBytes = kTokens * D * 2;
   static constexpr int kVBytes = kTokens * D * 2;

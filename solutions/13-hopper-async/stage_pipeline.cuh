@@ -26,12 +26,13 @@ struct PrefillArgs {
 };
 
 // The D / 8 TMA boxes (one a 16-byte chunk of the page's tokens) of one K page into stage
-// `stage`, page p of the stage, completing on k_full(stage). block: the pool's block
-// (s.num_blocks: past the pool, zeros).
+// `stage`, page p of the stage, completing on k_full(stage), shared by the warp's lanes (every
+// lane calls it): 128 boxes a stage are too many for one lane to issue. block: the pool's
+// block (s.num_blocks: past the pool, zeros).
 template <int D>
 __device__ void load_k_page(const TensorMap& k_map, const Smem<D>& sm, int stage, int p, int bs,
-                            int kv_head, int block) {
-  for (int c = 0; c < D / 8; ++c)
+                            int kv_head, int block, int lane) {
+  for (int c = lane; c < D / 8; c += 32)
     tma_load_5d(sm.k_box(stage, p, c, bs), k_map, 0, 0, c, kv_head, block, sm.k_full(stage));
 }
 
@@ -83,8 +84,8 @@ __device__ void produce(const TensorMap& k_map, const TensorMap& v_map, const Pr
     // the tile has none.
     const int tail = seq_len % BS && seq_len / BS - first_page < pages ? seq_len / BS - first_page : -1;
     // TODO(ch13): fill stage `stage` with the tile's `pages` pages of K and of V, the whole
-    //   warp calling (lane 0 issues; every lane waits), without overwriting a stage a
-    //   consumer still reads:
+    //   warp calling (lane 0 announces bytes and issues V's copies, every lane calls
+    //   load_k_page, every lane waits), without overwriting a stage a consumer still reads:
     //   - only once both consumer warpgroups have released the stage's previous use (empty);
     //     its first use waits for nothing;
     //   - k_full(stage) completes its phase when every K byte of the tile has landed, v_full
@@ -106,12 +107,12 @@ __device__ void produce(const TensorMap& k_map, const TensorMap& v_map, const Pr
     //   arrive_expect_tx on patch, and its copy onto patch; then finish_tail_page.
     // HINT(3): mbarrier_wait_parity(sm.empty(stage), ((n / S::kStages) & 1) ^ 1); if lane ==
     //   0: arrive_expect_tx(k_full, pages * page_bytes); tail >= 0 ? expect_tx(v_full, (pages -
-    //   1) * page_bytes) : arrive_expect_tx(v_full, pages * page_bytes); for p: page =
+    //   1) * page_bytes) : arrive_expect_tx(v_full, pages * page_bytes). Then for p: page =
     //   first_page + p, block = page * BS < seq_len ? table[page] : a.num_blocks;
-    //   load_k_page(...); if p == tail, arrive_expect_tx(patch, page_bytes); tma_load_4d(
-    //   sm.v_box(stage, p, BS), v_map, 0, 0, it.kv_head, block, p == tail ? patch : v_full).
-    //   After the lane-0 part: if tail >= 0, patch_phase = finish_tail_page<T, D>(sm, stage,
-    //   tail, BS, seq_len, patch_phase, lane).
+    //   load_k_page(..., lane); if lane == 0: if p == tail, arrive_expect_tx(patch,
+    //   page_bytes); tma_load_4d(sm.v_box(stage, p, BS), v_map, 0, 0, it.kv_head, block, p ==
+    //   tail ? patch : v_full). After the loop: if tail >= 0, patch_phase =
+    //   finish_tail_page<T, D>(sm, stage, tail, BS, seq_len, patch_phase, lane).
     // BEGIN SOLUTION
     // STUB: (void)k_map, (void)v_map, (void)table, (void)page_bytes, (void)tail, (void)first_page;
     // STUB: (void)patch_phase, (void)lane;
@@ -122,10 +123,12 @@ __device__ void produce(const TensorMap& k_map, const TensorMap& v_map, const Pr
         mbarrier_expect_tx(sm.v_full(stage), (pages - 1) * page_bytes);
       else
         mbarrier_arrive_expect_tx(sm.v_full(stage), pages * page_bytes);
-      for (int p = 0; p < pages; ++p) {
-        const int page = first_page + p;
-        const int block = page * BS < seq_len ? table[page] : a.num_blocks;
-        load_k_page(k_map, sm, stage, p, BS, it.kv_head, block);
+    }
+    for (int p = 0; p < pages; ++p) {
+      const int page = first_page + p;
+      const int block = page * BS < seq_len ? table[page] : a.num_blocks;
+      load_k_page(k_map, sm, stage, p, BS, it.kv_head, block, lane);
+      if (lane == 0) {
         if (p == tail) mbarrier_arrive_expect_tx(sm.patch(), page_bytes);
         tma_load_4d(sm.v_box(stage, p, BS), v_map, 0, 0, it.kv_head, block,
                     p == tail ? sm.patch() : sm.v_full(stage));

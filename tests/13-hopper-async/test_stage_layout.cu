@@ -47,11 +47,12 @@ __global__ void stage_read_kernel(const __grid_constant__ pa::TensorMap k_map,
   if (t == 0) {
     pa::mbarrier_arrive_expect_tx(sm.k_full(0), pages * page_bytes);
     pa::mbarrier_arrive_expect_tx(sm.v_full(0), pages * page_bytes);
-    for (int p = 0; p < pages; ++p) {
-      pa::ch13::load_k_page(k_map, sm, 0, p, bs, kv_head, blocks[p]);
-      pa::tma_load_4d(sm.v_box(0, p, bs), v_map, 0, 0, kv_head, blocks[p], sm.v_full(0));
-    }
   }
+  if (t < 32)  // warp 0, as the kernel's producer: its lanes share K's boxes
+    for (int p = 0; p < pages; ++p) {
+      pa::ch13::load_k_page(k_map, sm, 0, p, bs, kv_head, blocks[p], t);
+      if (t == 0) pa::tma_load_4d(sm.v_box(0, p, bs), v_map, 0, 0, kv_head, blocks[p], sm.v_full(0));
+    }
   pa::mbarrier_wait_parity(sm.k_full(0), 0);
   pa::mbarrier_wait_parity(sm.v_full(0), 0);
   // S = E K^T, one 64-dim slab at a time: E (Q's place, stored as q_desc reads it) has row
