@@ -1,7 +1,7 @@
 """Chapter 13's figures: the producer/consumer pipeline over two stages with its barriers'
-phases, the tensor map and the 128-byte swizzle that put a K page into a stage, and the
-wgmma fragments (which thread holds which accumulator, and how P's accumulators become
-O += P V's A operand).
+phases, the tensor map that puts a K page into a stage (chunk-major, unswizzled) beside Q's
+128-byte swizzle, and the wgmma fragments (which thread holds which accumulator, and how
+P's accumulators become O += P V's A operand).
 
 Everything drawn comes from reference/pa_ref/hopper_layouts.py, which mirrors the C++
 (book/figures/test_ch13_figures.py checks the C++ still holds the mirrored expressions, and
@@ -136,78 +136,121 @@ def pipeline_timeline(tiles=4, copy=4, v_later=2):
     return fig, info
 
 
-def k_page_swizzle(bs=16, D=128, token=5, hkv=2, num_blocks=4, block=1, kv_head=0):
-    """One K page of the pool ([D/8 chunks][BS tokens][8]) and where the tensor map's box puts
-    each 16-byte chunk in the stage: one 128-byte row per token, chunk c of token r in slot
-    c ^ (r % 8) (pa_ref.hopper_layouts.tma_box with k_map_spec, then swizzle_address)."""
+def stage_layout(bs=16, D=128, page=2, block=7, hkv=2, num_blocks=12, kv_head=0, q_rows=8):
+    """Top: one K page of the pool ([D/8 chunks][BS tokens][8]) and where the tensor map's
+    boxes put it in the stage (pa_ref.hopper_layouts.tma_box with k_map_spec, one box per
+    chunk, at k_box): chunk-major, the tile's pages side by side, no swizzle; k-step 0's two
+    core matrices outlined. Bottom: Q's first rows as load_q stores them, 128 bytes a row,
+    chunk c of row r in slot c ^ (r % 8) (q_address, the 128-byte swizzle)."""
+    shape = hl.tile_shape(D)
+    tokens, chunks, pages = shape["tokens"], D // 8, shape["tokens"] // bs
     spec = hl.k_map_spec(bs, D, hkv, num_blocks)
-    base = hl.k_box(0, 0, 0, bs, D)
-    # Where each pool element (token, dim) of slab 0 lands: the TMA box, element by element.
-    landed = {}
-    for off, addr in hl.tma_box(spec, (0, 0, 0, kv_head, block), base):
-        elem = off // hl.ELEM
-        landed[elem] = addr
-    where = {}  # (token, chunk) -> (row, slot) in the stage
-    for r in range(bs):
-        for c in range(8):
-            addr = landed[k_pool_index(block, kv_head, 8 * c, r, hkv, D, bs, 8)]
-            rel = addr - base
-            where[(r, c)] = (rel // 128, (rel % 128) // 16)
-    chunks = D // 8
-    fig = st.figure(6.4)
-    ax = st.bare_axes(fig, [0.02, 0.02, 0.96, 0.96], (0, 100), (0, 62))
-    ax.text(1, 1.5, f"One K page ({bs} tokens, D {D}): in the pool, and in the stage where TMA puts it",
+    k0 = hl.smem_k(0, D)
+    where = {}  # (token of the page, chunk) -> (chunk row, token column) in the stage
+    for c in range(chunks):
+        landed = dict(hl.tma_box(spec, (0, 0, c, kv_head, block), hl.k_box(0, page, c, bs, D)))
+        for r in range(bs):
+            rel = landed[2 * k_pool_index(block, kv_head, 8 * c, r, hkv, D, bs, 8)] - k0
+            where[(r, c)] = (rel // (tokens * 16), (rel % (tokens * 16)) // 16)
+    fig = st.figure(7.2)
+    ax = st.bare_axes(fig, [0.02, 0.02, 0.96, 0.96], (0, 100), (0, 70.5))
+    ax.text(1, 1.5, f"K: one page into the stage, chunk-major, no swizzle (D {D}, {bs}-token pages)",
             fontsize=10.5, fontweight="bold", va="center")
     # Left: the pool's page, memory order row by row: chunk c, then token.
-    cw, ch, x0, y0 = 2.3, 2.1, 8.0, 6.5
-    ax.text(x0, y0 - 1.4, f"the pool: [chunk][token][8], {bs} × 16 bytes a chunk row", fontsize=9.6,
-            va="center")
+    cw, ch, x0, y0 = 1.6, 1.55, 5.0, 8.0
+    ax.text(x0 - 3.4, y0 - 2.6, f"the pool, block {block}: [chunk][token][8]", fontsize=9.6, va="center")
     for c in range(chunks):
-        ax.text(x0 - 0.6, y0 + c * ch + ch / 2, f"c{c}", fontsize=9.4, ha="right", va="center", color=MUTED)
+        ax.text(x0 - 0.5, y0 + c * ch + ch / 2, f"c{c}", fontsize=9.4, ha="right", va="center", color=MUTED)
         for r in range(bs):
-            fc = LIGHT.get(CHUNK_COLOURS[c % 8], "#f9f5c6") if c >= 8 else CHUNK_COLOURS[c % 8]
-            cell = st.cell(ax, x0 + r * cw, y0 + c * ch, cw, ch, fc=fc, ec="white", lw=0.5, gid="pool")
+            cell = st.cell(ax, x0 + r * cw, y0 + c * ch, cw, ch, fc=CHUNK_COLOURS[c % 8], ec="white", lw=0.4,
+                           gid="pool")
             cell.set_label(f"{r}:{c}")
-    for r in range(0, bs, 5):
+    for r in (0, bs - 1):
         ax.text(x0 + r * cw + cw / 2, y0 + chunks * ch + 0.9, str(r), fontsize=9.4, ha="center", va="center",
                 color=MUTED)
-    ax.text(x0 + bs * cw / 2, y0 + chunks * ch + 2.4, "token (16 bytes apart)", fontsize=9.4, ha="center",
-            va="center", color=MUTED)
-    st.cell(ax, x0 + token * cw, y0, cw, chunks * ch, fc="none", ec=INK, lw=2.0, z=5)
-    # Right: slab 0 of the stage: one 128-byte row per token, eight 16-byte slots.
-    sw, x1 = 4.2, 58.0
-    ax.text(x1, y0 - 1.4, "the stage, slab 0 (dims 0–63): a row per token", fontsize=9.6, va="center")
-    for r in range(bs):
-        ax.text(x1 - 0.6, y0 + r * ch + ch / 2, f"t{r}", fontsize=9.4, ha="right", va="center", color=MUTED)
-    info = {"where": where, "bs": bs, "D": D, "token": token, "spec": spec, "block": block, "kv_head": kv_head}
-    for (r, c), (row, slot) in where.items():
-        cell = st.cell(ax, x1 + slot * sw, y0 + row * ch, sw, ch, fc=CHUNK_COLOURS[c], ec="white", lw=0.5,
+    ax.text(x0 + bs * cw / 2, y0 + chunks * ch + 0.9, "token", fontsize=9.4, ha="center", va="center",
+            color=MUTED)
+    box_c = 3  # one box, outlined in both places
+    st.cell(ax, x0, y0 + box_c * ch, bs * cw, ch, fc="none", ec=INK, lw=2.0, z=5)
+    # Right: the stage's K, row c = chunk c of all the stage's tokens (kTokens x 16 bytes).
+    sw, x1 = 0.42, 42.5
+    ax.text(x1, y0 - 2.6, f"the stage: [chunk][token][8], {tokens} tokens × 16 bytes a row", fontsize=9.6,
+            va="center")
+    for c in range(chunks):
+        for q in range(pages):
+            if q != page:
+                st.cell(ax, x1 + q * bs * sw, y0 + c * ch, bs * sw, ch, fc=LIGHT[GREY], ec="white", lw=0.6)
+    for (r, c), (row, col) in where.items():
+        cell = st.cell(ax, x1 + col * sw, y0 + row * ch, sw, ch, fc=CHUNK_COLOURS[c % 8], ec="none", lw=0,
                        gid="stage")
         cell.set_label(f"{r}:{c}")
-        ax.text(x1 + slot * sw + sw / 2, y0 + row * ch + ch / 2, f"c{c}", fontsize=9.4, ha="center", va="center",
-                color="white" if c in (0, 5) else INK)
-    for s in range(8):
-        ax.text(x1 + s * sw + sw / 2, y0 + bs * ch + 0.9, str(s), fontsize=9.4, ha="center", va="center",
+    for q in range(pages):
+        ax.text(x1 + (q + 0.5) * bs * sw, y0 - 0.9, f"p{q}", fontsize=9.4, ha="center", va="center",
+                color=INK if q == page else MUTED, fontweight="bold" if q == page else "normal")
+    for t in (0, 64, tokens - 1):
+        ax.text(x1 + t * sw + sw / 2, y0 + chunks * ch + 0.9, str(t), fontsize=9.4, ha="center", va="center",
                 color=MUTED)
-    ax.text(x1 + 4 * sw, y0 + bs * ch + 2.4, "16-byte slot of the 128-byte row", fontsize=9.4, ha="center",
+    ax.text(x1 + 32 * sw, y0 + chunks * ch + 0.9, "token of the stage", fontsize=9.4, ha="center",
             va="center", color=MUTED)
-    st.cell(ax, x1, y0 + token * ch, 8 * sw, ch, fc="none", ec=INK, lw=2.0, z=5)
-    ax.annotate("", xy=(x1 - 3.2, y0 + token * ch + ch / 2), xytext=(x0 + (token + 1) * cw + 0.3, y0 + 4 * ch),
+    st.cell(ax, x1 + page * bs * sw, y0 + box_c * ch, bs * sw, ch, fc="none", ec=INK, lw=2.0, z=5)
+    ax.annotate("", xy=(x1 + page * bs * sw - 0.4, y0 + box_c * ch + ch / 2),
+                xytext=(x0 + bs * cw + 0.6, y0 + box_c * ch + ch / 2),
                 arrowprops=dict(arrowstyle="->", color=INK, lw=1.2))
-    yt = y0 + max(chunks, bs) * ch + 4.6
-    lines = [
-        f"The map's dimensions: 8 elements; {chunks} chunks, {bs * 16} bytes apart; {bs} tokens, 16 bytes apart; "
-        f"{hkv} heads; blocks.",
-        f"Its box (8, 8, {bs}, 1, 1) is written densely, dimension 0 fastest: token t's chunks c0–c7 make row t,",
-        "the K-major tile wgmma reads, with the pool unchanged. Chunks c8–c15 (pale) are slab 1's box,",
-        f"{hl.tile_shape(D)['tokens']} × 128 bytes further on. The 128-byte swizzle puts chunk c of row t in "
-        "slot c XOR (t mod 8);",
-        "wgmma's descriptor applies the same XOR to the same shared addresses, so the two agree.",
-        "A k-step reads chunks 2k and 2k+1 of 8 rows: 8 different slots, so no two rows share a bank.",
+    ax.text((x0 + bs * cw + x1 + page * bs * sw) / 2, y0 + box_c * ch - 1.0, f"one box: chunk {box_c}",
+            fontsize=9.4, ha="center", va="center")
+    # k-step 0 of S = Q K^T: chunks 0 and 1 of 8 tokens, two core matrices of 128 contiguous bytes.
+    t8 = page * bs
+    for c in (0, 1):
+        st.cell(ax, x1 + t8 * sw, y0 + c * ch, 8 * sw, ch, fc="none", ec=INK, lw=2.0, z=6)
+    ax.annotate("k-step 0: c0 and c1 of 8 tokens", xy=(x1 + (t8 + 8) * sw + 0.2, y0 + ch),
+                xytext=(x1 + (page + 1) * bs * sw + 2.0, y0 + ch), fontsize=9.4, va="center",
+                arrowprops=dict(arrowstyle="->", color=INK, lw=1.0))
+    yt = y0 + chunks * ch + 3.2
+    k_lines = [
+        f"The map walks the pool as stored: dims (8, {bs} tokens, {chunks} chunks, heads, blocks), box (8, {bs}, 1, 1, 1).",
+        f"Each box ({bs} × 16 bytes) lands in its chunk's row at its page's place: k_box = k + c·{tokens * 16} + p·{bs * 16}.",
+        "wgmma's core matrix is 8 tokens × 16 bytes, here 128 contiguous bytes: no two rows share a bank.",
+        f"k_desc: k-step s starts at chunk 2s; LBO {tokens * 16} bytes (chunk 2s + 1), SBO 128 (the next 8 tokens).",
     ]
-    for j, t in enumerate(lines):
-        ax.text(1, yt + 2.1 * j, t, fontsize=9.4, va="center", color=MUTED)
-    info["ax"] = ax
+    for j, t in enumerate(k_lines):
+        ax.text(1, yt + 1.9 * j, t, fontsize=9.4, va="center", color=MUTED)
+    # Bottom: Q's 128-byte swizzle, rows 0 .. q_rows - 1 of slab 0 (dims 0-63).
+    yq = yt + 1.9 * len(k_lines) + 2.6
+    ax.text(1, yq, "Q: a 128-byte row per query row (dims 0–63), swizzled by 128 bytes",
+            fontsize=10.5, fontweight="bold", va="center")
+    qw, qh, xq, y2 = 4.2, 2.0, 5.0, yq + 3.6
+    q_where = {}
+    for r in range(q_rows):
+        ax.text(xq - 0.5, y2 + r * qh + qh / 2, f"r{r}", fontsize=9.4, ha="right", va="center", color=MUTED)
+        for c in range(8):
+            rel = hl.q_address(0, r, c)
+            row, slot = rel // 128, (rel % 128) // 16
+            q_where[(r, c)] = (row, slot)
+            cell = st.cell(ax, xq + slot * qw, y2 + row * qh, qw, qh, fc=CHUNK_COLOURS[c], ec="white", lw=0.5,
+                           gid="q")
+            cell.set_label(f"{r}:{c}")
+            ax.text(xq + slot * qw + qw / 2, y2 + row * qh + qh / 2, f"c{c}", fontsize=9.4, ha="center",
+                    va="center", color="white" if c in (0, 5) else INK)
+            if c in (0, 1):
+                st.cell(ax, xq + slot * qw, y2 + row * qh, qw, qh, fc="none", ec=INK, lw=2.2, z=6)
+    for s_ in range(8):
+        ax.text(xq + s_ * qw + qw / 2, y2 - 0.9, str(s_), fontsize=9.4, ha="center", va="center", color=MUTED)
+    ax.text(xq + 4 * qw, y2 + q_rows * qh + 0.9, "16-byte slot of the row", fontsize=9.4, ha="center",
+            va="center", color=MUTED)
+    xk = xq + 8 * qw + 3.0
+    q_lines = ["load_q stores chunk c of row r in slot",
+               "c XOR (r mod 8): the swizzle is a function",
+               "of the shared address, and q_desc names the",
+               "same mode, so wgmma reads the same slots.",
+               "k-step 0 (outlined) reads chunks 0 and 1 of 8 rows:",
+               "8 different slots each, so no bank conflicts.",
+               "V's page rows (BS × 2 bytes) are swizzled",
+               "the same way, by their own width; a TMA box",
+               "is swizzled only when its inner row fills the span."]
+    for j, t in enumerate(q_lines):
+        ax.text(xk, y2 + 0.5 + 1.9 * j, t, fontsize=9.4, va="center", color=MUTED if j < 6 else INK)
+    info = {"where": where, "q_where": q_where, "bs": bs, "D": D, "page": page, "spec": spec, "block": block,
+            "kv_head": kv_head, "ax": ax}
     return fig, info
 
 

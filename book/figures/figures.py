@@ -1097,7 +1097,7 @@ FIGURES = {
     "hybrid-window": ch12.hybrid_window,  # book/figures/ch12.py
     "window-mask": ch12.window_mask,
     "hopper-pipeline": ch13.pipeline_timeline,  # book/figures/ch13.py
-    "hopper-k-swizzle": ch13.k_page_swizzle,
+    "hopper-stage-layout": ch13.stage_layout,
     "wgmma-fragments": ch13.wgmma_fragments,
     "stale-table": appendix_b.stale_table,  # book/figures/appendix_b.py
 }

@@ -60,7 +60,7 @@ def tile_shape(D):
     tokens = 64 if D > 128 else 128
     q_bytes = CTA_ROWS * D * 2
     k_bytes = v_bytes = tokens * D * 2
-    return {"tokens": tokens, "stages": 2, "slabs": D // 64, "q_bytes": q_bytes, "k_bytes": k_bytes,
+    return {"tokens": tokens, "stages": 2, "q_bytes": q_bytes, "k_bytes": k_bytes,
             "v_bytes": v_bytes, "stage_bytes": k_bytes + v_bytes}
 
 
@@ -74,9 +74,11 @@ def smem_v(stage, D):
     return smem_k(stage, D) + tile_shape(D)["k_bytes"]
 
 
-def k_box(stage, p, slab, bs, D):
-    """Smem<D>::k_box: where the TMA box of page p and slab `slab` of K lands."""
-    return smem_k(stage, D) + slab * (tile_shape(D)["tokens"] * 128) + p * (bs * 128)
+def k_box(stage, p, c, bs, D):
+    """Smem<D>::k_box: where the TMA box of page p and 16-byte chunk c (dims 8 c .. 8 c + 7)
+    of K lands. K's stage is chunk-major, [chunk][token][8 dims]: chunk c of all the stage's
+    tokens, kTokens x 16 bytes, then chunk c + 1; the pages of the tile side by side in it."""
+    return smem_k(stage, D) + c * (tile_shape(D)["tokens"] * 16) + p * (bs * 16)
 
 
 def v_box(stage, p, bs, D):
@@ -85,10 +87,11 @@ def v_box(stage, p, bs, D):
 
 
 def k_map_spec(bs, D, hkv, num_blocks):
-    """k_map_spec: the tensor map that reads chapter 2's K pool token-major. Strides in bytes
-    (of dimensions 1..4; dimension 0 is the element)."""
-    return {"dims": (8, D // 8, bs, hkv, num_blocks), "strides": (bs * 16, 16, D * bs * 2, hkv * D * bs * 2),
-            "box": (8, 8, bs, 1, 1), "swizzle": 128}
+    """k_map_spec: the tensor map over chapter 2's K pool in its own order ([D/8][BS][8] a
+    page); its box, at coordinates (0, 0, c, head, block), is chunk c of one page's BS tokens,
+    unswizzled. Strides in bytes (of dimensions 1..4; dimension 0 is the element)."""
+    return {"dims": (8, bs, D // 8, hkv, num_blocks), "strides": (16, bs * 16, D * bs * 2, hkv * D * bs * 2),
+            "box": (8, bs, 1, 1, 1), "swizzle": 0}
 
 
 def v_map_spec(bs, D, hkv, num_blocks):
@@ -100,8 +103,14 @@ def v_map_spec(bs, D, hkv, num_blocks):
 def tma_box(spec, coords, dst):
     """What a TMA load of the box at `coords` does, element by element: yields (global byte
     offset, shared address). The box is written densely, dimension 0 fastest, then each
-    byte's address is swizzled (swizzle_address)."""
+    byte's address is swizzled (swizzle_address). A swizzled box's inner extent must be the
+    swizzle span: the GPU pads a shorter inner row to the span in shared memory (measured on
+    the H100, bench/results/ch13-tma-inner-row-padding-h100.md), which this dense model would
+    not show, and encode_tensor_map refuses such a box (include/pa/hopper/tma.h)."""
     box, strides = spec["box"], (ELEM,) + tuple(spec["strides"])
+    if spec["swizzle"]:
+        assert box[0] * ELEM == spec["swizzle"], (
+            f"a swizzled box's inner extent ({box[0] * ELEM} bytes) is not the swizzle's {spec['swizzle']} bytes")
     n = 1
     for b in box:
         n *= b
@@ -126,8 +135,23 @@ def k_major(start, r, k, sbo, swizzle, lbo=0):
 
 
 def k_desc(stage, ks, D):
-    """k_desc: (start, LBO, SBO, swizzle) of K's stage at k-step ks (dims 16 ks .. + 15)."""
-    return smem_k(stage, D) + (ks // 4) * (tile_shape(D)["tokens"] * 128) + (ks % 4) * 32, 16, 1024, 128
+    """k_desc: (start, LBO, SBO, swizzle) of K's stage at k-step ks (dims 16 ks .. + 15):
+    chunks 2 ks and 2 ks + 1, unswizzled; LBO the next chunk (kTokens x 16 bytes on), SBO
+    the next 8 tokens (128 bytes on)."""
+    chunk_bytes = tile_shape(D)["tokens"] * 16
+    return smem_k(stage, D) + 2 * ks * chunk_bytes, chunk_bytes, 128, 0
+
+
+def q_desc(q_s, ks):
+    """q_desc: (start, LBO, SBO, swizzle) of a warpgroup's 64 rows of Q at k-step ks: slabs
+    of 64 rows x 128 bytes (64 dims), 128-byte swizzle; each k-step 32 bytes further."""
+    return q_s + (ks // 4) * (64 * 128) + (ks % 4) * 32, 16, 1024, 128
+
+
+def q_address(q_s, r, c):
+    """tile_math.cuh's load_q: where chunk c (dims 8 c .. 8 c + 7) of Q's row r (of a
+    warpgroup's 64) lands: slab c / 8, row r, slot c % 8, then the 128-byte swizzle."""
+    return swizzle_address(q_s + (c // 8) * 64 * 128 + r * 128 + (c % 8) * 16, 128)
 
 
 def v_desc(stage, ks, bs, D):
