@@ -65,6 +65,8 @@ Engine::Engine(TinyModel& model, const EngineConfig& cfg)
     host_k_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);
     if (!kv_.latent) host_v_.emplace_back(size_t(cfg.num_swap_blocks) * block_bytes);  // MLA: no V
   }
+  for (size_t l = 0; l < kv_.indexer_pools.size(); ++l)  // DSA: the indexer's bytes swap too
+    host_index_.emplace_back(size_t(cfg.num_swap_blocks) * size_t(kv_.index_block_bytes()));
 }
 
 Engine::~Engine() = default;
@@ -140,8 +142,11 @@ std::vector<void*> Engine::host_pools(std::vector<std::vector<uint8_t>>& host) {
   return out;
 }
 
-// Chapter 7's copy_blocks, on the pools' type: every layer's K and V, one launch.
+// Chapter 7's copy_blocks, on the pools' type: every layer's K and V, one launch. A copied
+// block takes its indexer bytes (DSA) along.
 void Engine::copy_blocks(const std::vector<ch07::BlockCopy>& copies) {
+  copy_pool_blocks(kv_.index_pools(), kv_.index_pools(), kv_.index_block_bytes(), cfg_.num_blocks, cfg_.num_blocks,
+                   copies, cudaMemcpyDeviceToDevice);
   if (kv_.latent) {  // MLA: whole blocks of every layer's latent pool
     const size_t bytes = size_t(kv_.block_bytes());
     for (void* pool : kv_.k_pools())
@@ -181,6 +186,8 @@ void Engine::swap_out(Group& g) {
   }
   swap_blocks(kv_.k_pools(), kv_.v_pools(), host_pools(host_k_), host_pools(host_v_), kv_.shape, kv_.elem_bytes(),
               cfg_.num_blocks, host_alloc_.num_blocks(), copies, cudaMemcpyDeviceToHost);
+  copy_pool_blocks(kv_.index_pools(), host_pools(host_index_), kv_.index_block_bytes(), cfg_.num_blocks,
+                   host_alloc_.num_blocks(), copies, cudaMemcpyDeviceToHost);
 }
 
 // ANCHOR: preempt
@@ -252,6 +259,8 @@ void Engine::swap_in(Group& g) {
   }
   swap_blocks(host_pools(host_k_), host_pools(host_v_), kv_.k_pools(), kv_.v_pools(), kv_.shape, kv_.elem_bytes(),
               host_alloc_.num_blocks(), cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
+  copy_pool_blocks(host_pools(host_index_), kv_.index_pools(), kv_.index_block_bytes(), host_alloc_.num_blocks(),
+                   cfg_.num_blocks, copies, cudaMemcpyHostToDevice);
   for (int h : host) host_alloc_.free(h);
   for (Seq* s : g.seqs) {
     s->host_blocks.clear();
@@ -600,7 +609,7 @@ StepReport Engine::step() {
   report_blocks(rep);
   // A decode-only step can replay a CUDA graph (GPU): one launch instead of ~20 per layer.
   in.cascade = cfg_.cascade;
-  const bool graph = cfg_.cuda_graphs && !cfg_.cascade && !model_.step_attention() &&
+  const bool graph = cfg_.cuda_graphs && !cfg_.cascade && !model_.step_attention() && !model_.config().dsa &&
                      TinyModel::graphs_supported() && in.num_decode() == in.batch.num_seqs;
   stats_.graph_steps += graph ? 1 : 0;
   const std::vector<float> logits =
@@ -654,6 +663,14 @@ std::vector<EngineRequest> trace_workload(const std::vector<Request>& trace, int
     r.arrival_step = int(i) / per_step;
     out.push_back(std::move(r));
   }
+  return out;
+}
+
+std::vector<Engine::LiveSequence> Engine::live_sequences() const {
+  std::vector<LiveSequence> out;
+  for (const Group* g : running_)
+    for (const Seq* s : g->seqs)
+      if (!s->parked) out.push_back({g->id, s->id, s->tokens, s->num_computed});
   return out;
 }
 

@@ -50,6 +50,33 @@ CacheCost kv_cache_cost(const std::vector<Request>& trace, const KVConfig& cfg, 
   return c;
 }
 
+int64_t dsa_bytes_per_token_layer(LatentFormat format, int dtype_bytes) {
+  return latent_bytes_per_token_layer(format, dtype_bytes) + ch08::kIndexBytesPerToken;
+}
+
+// Chapter 3's bill, as kv_cache_cost's: a cache whose K and V are one head of half the
+// token's bytes, in bytes, costs what the two DSA pools cost.
+CacheCost dsa_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size, LatentFormat format,
+                         int64_t budget_bytes, int dtype_bytes) {
+  PA_REQUIRE(!trace.empty(), "dsa_cache_cost: the trace is empty");
+  PA_REQUIRE(num_layers > 0, "dsa_cache_cost: num_layers must be positive, got " << num_layers);
+  PA_REQUIRE(block_size > 0, "dsa_cache_cost: block_size must be positive, got " << block_size);
+  PA_REQUIRE(dtype_bytes > 0, "dsa_cache_cost: dtype_bytes must be positive, got " << dtype_bytes);
+  PA_REQUIRE(budget_bytes > 0, "dsa_cache_cost: budget_bytes must be positive, got " << budget_bytes);
+  for (const Request& r : trace)
+    PA_REQUIRE(r.prompt_len >= 0 && r.output_len >= 0, "dsa_cache_cost: a request of negative length");
+  const int64_t per_layer = dsa_bytes_per_token_layer(format, dtype_bytes);
+  KVConfig same;
+  same.num_layers = num_layers;
+  same.num_kv_heads = 1;
+  same.head_size = int(per_layer / 2);
+  same.dtype_bytes = 1;
+  CacheCost c = kv_cache_cost(trace, same, block_size, budget_bytes);
+  PA_REQUIRE(c.bytes_per_token_layer == per_layer,  // every row format is an even number of bytes
+             "dsa_cache_cost: " << per_layer << " bytes a token and layer cannot be split into K and V");
+  return c;
+}
+
 MlaMemoryReport mla_memory_report(const std::vector<Request>& trace, int block_size,
                                   int64_t budget_bytes, int num_layers) {
   KVConfig gqa, mha;

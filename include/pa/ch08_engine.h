@@ -116,6 +116,12 @@ void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_
                  const std::vector<ch07::BlockCopy>& copies, cudaMemcpyKind kind);
 // ANCHOR_END: swap_blocks
 
+// The same for pools of whole blocks of bytes that are not K/V, one per layer (a DSA model's
+// indexer pools): block c.src of src[l] to block c.dst of dst[l], block_bytes each.
+void copy_pool_blocks(const std::vector<void*>& src, const std::vector<void*>& dst, int64_t block_bytes,
+                      int src_blocks, int dst_blocks, const std::vector<ch07::BlockCopy>& copies,
+                      cudaMemcpyKind kind);
+
 enum class Preemption { swap, recompute };
 
 // ANCHOR: engine_config
@@ -204,6 +210,15 @@ class Engine {
   const CachingBlockManager& blocks() const { return blocks_; }
   CachingBlockManager& blocks() { return blocks_; }
   int host_blocks_free() const { return host_alloc_.num_free(); }
+  // What the cache holds now (tests): the pools, and each sequence that holds GPU blocks
+  // (blocks().block_list(seq_id)) with its tokens, the first num_computed of them cached.
+  const PagedKV& kv() const { return kv_; }
+  struct LiveSequence {
+    int request = 0, seq_id = 0;
+    std::vector<int> tokens;
+    int num_computed = 0;
+  };
+  std::vector<LiveSequence> live_sequences() const;
 
  private:
   struct Seq;
@@ -228,6 +243,7 @@ class Engine {
   CachingBlockManager blocks_;
   PagedKV kv_;
   std::vector<std::vector<uint8_t>> host_k_, host_v_;  // swap space, per layer
+  std::vector<std::vector<uint8_t>> host_index_;       // DSA: the indexer pools' swap space
   ch02::BlockAllocator host_alloc_;
   std::vector<Group*> pending_;                // not arrived yet, by arrival step
   std::deque<Group*> waiting_, swapped_;

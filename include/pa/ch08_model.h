@@ -65,6 +65,13 @@ struct ModelConfig {
   // step attention that takes windows and sinks (ch12::HybridStepAttention).
   std::vector<int> windows;
   std::vector<float> sinks;
+  // Chapter 14, DeepSeek Sparse Attention (DSA): every layer also caches the lightning
+  // indexer's key of each token, index_head_dim (128) e4m3 values and their float32 scale,
+  // in a second paged pool under the same block ids (PagedKV::indexer_pools). The paged path
+  // writes it (the key is h W_IK, rotated like the other keys); chapter 14's indexer reads it.
+  // Not with windows or sinks.
+  bool dsa = false;
+  int index_head_dim = 128;
   int window_of(int layer) const { return windows.empty() ? 0 : windows[size_t(layer)]; }
   bool hybrid() const;  // any window, or sinks
   // Layer groups (chapter 12): layers of one window (0: full) in groups of
@@ -85,11 +92,8 @@ struct ModelConfig {
   bool mla() const { return attention == AttentionKind::mla; }
   int elem_bytes() const { return kv_dtype == DType::fp32 ? 4 : 2; }
   // What one token costs in the cache, every layer: K and V of every KV head (GQA), or one
-  // latent row (MLA: 1,152 B a layer in 16 bits).
-  int64_t kv_bytes_per_token() const {
-    if (mla()) return int64_t(num_layers) * (latent_dim + rope_dim) * elem_bytes();
-    return 2ll * num_layers * num_kv_heads * head_size * elem_bytes();
-  }
+  // latent row (MLA: 1,152 B a layer in 16 bits); DSA adds the indexer's 132 B a layer.
+  int64_t kv_bytes_per_token() const;
   // The shape of forward_dense's caches (chapter 1) for num_seqs rows of max_seq_len
   // tokens. MLA decompressed: Hq heads of K and V, head_size + rope_dim wide (V's last
   // rope_dim columns are zeros).
@@ -110,12 +114,43 @@ void with_kv_type(DType d, F&& f) {
   else f(bf16{});
 }
 
+// ANCHOR: indexer_layout
+// The indexer pool (DSA, chapter 14): per token a 128-wide e4m3 key and its float32 scale,
+// 132 bytes. Within a block the block_size keys come first, then their block_size scales:
+//   block b: [ key 0 | key 1 | ... | key bs-1 | scale 0 | ... | scale bs-1 ]
+// so with block_size a multiple of 4 every key row and the scale array start on a 16-byte
+// boundary (bulk copies, TMA). reference/pa_ref/dsa.py is the spec. Offsets in 64 bits.
+inline constexpr int kIndexHeadDim = 128;
+inline constexpr int kIndexScaleBytes = 4;
+inline constexpr int kIndexBytesPerToken = kIndexHeadDim + kIndexScaleBytes;  // 132
+__host__ __device__ inline int64_t indexer_block_bytes(int block_size) {
+  return int64_t(block_size) * kIndexBytesPerToken;
+}
+// Byte offset in the flat pool of the key of the token at `offset` of `block`.
+__host__ __device__ inline int64_t indexer_key_offset(int64_t block, int offset, int block_size) {
+  return block * indexer_block_bytes(block_size) + int64_t(offset) * kIndexHeadDim;
+}
+// Byte offset in the flat pool of that token's scale: after the block's keys.
+__host__ __device__ inline int64_t indexer_scale_offset(int64_t block, int offset, int block_size) {
+  return block * indexer_block_bytes(block_size) + int64_t(block_size) * kIndexHeadDim +
+         int64_t(offset) * kIndexScaleBytes;
+}
+// Quantizes each token's key k[i] (128 floats, device) with its own scale, float32(max |k[i]|)
+// / 448 (1 for an all-zero row), each value e4m3(saturate(k / scale)) as chapter 6's, and
+// writes key and scale to slot slot_mapping[i] of the pool (num_blocks blocks); slots < 0
+// are skipped, nothing else changes. Slots are checked by the caller.
+void reshape_and_cache_indexer(const float* k, int num_tokens, uint8_t* indexer_pool, int block_size,
+                               const int64_t* slot_mapping, cudaStream_t stream = nullptr);
+// ANCHOR_END: indexer_layout
+
 // One paged pool pair per layer (chapter 2's KVPool), sharing one block numbering (a hybrid
 // model: one per layer slot, ModelConfig::layers_per_group, shared by the groups), of the
 // model's kv_dtype (the vectors of the other two types stay empty). An MLA model has one
 // latent pool per layer instead, [num_blocks, block_size, latent_dim + rope_dim], NaN to
 // start; `shape` then says num_kv_heads 1 and head_size latent_dim + rope_dim, so a block
-// is block_size * shape.head_size elements either way.
+// is block_size * shape.head_size elements either way. A DSA model also has one indexer pool
+// per layer under the same block ids, [num_blocks, block_size * 132] bytes, 0xFF (NaN) to
+// start: whatever copies, swaps or shares a block's K/V or latent bytes moves these too.
 struct PagedKV {
   PagedKV(const ModelConfig& c, int num_blocks, int block_size);
   ch02::PoolShape shape;
@@ -125,6 +160,7 @@ struct PagedKV {
   std::vector<ch02::KVPool<half>> f16;
   std::vector<ch02::KVPool<bf16>> b16;
   std::vector<DeviceBuffer<uint8_t>> latent_pools;  // MLA, one per layer, of dtype
+  std::vector<DeviceBuffer<uint8_t>> indexer_pools;  // DSA, one per layer (none otherwise)
   template <typename T>
   std::vector<ch02::KVPool<T>>& layers() {
     if constexpr (std::is_same_v<T, float>) return f32;
@@ -133,6 +169,8 @@ struct PagedKV {
   }
   std::vector<void*> k_pools();  // device pointers, one per layer (MLA: the latent pools)
   std::vector<void*> v_pools();  // (MLA: none)
+  std::vector<void*> index_pools();  // device pointers, one per layer (DSA; none otherwise)
+  int64_t index_block_bytes() const { return indexer_block_bytes(shape.block_size); }
   int elem_bytes() const { return dtype == DType::fp32 ? 4 : 2; }
   // One block of one layer's K pool or latent pool.
   int64_t block_bytes() const {
@@ -246,6 +284,7 @@ class TinyModel {
   void mla_qkv(Scratch& s, int layer, int n, const int* positions, cudaStream_t stream);
   void mla_decompress(Scratch& s, int layer, int n, cudaStream_t stream);
   void mla_out(Scratch& s, int layer, int n, cudaStream_t stream);
+  void write_index_keys(Scratch& s, int layer, int n, PagedKV& kv, const int64_t* slots, cudaStream_t stream);
   template <typename C>
   std::vector<float> forward_latent_as(const StepInput& in, PagedKV& kv);
   void out_and_mlp(Scratch& s, int layer, int n, cudaStream_t stream);

@@ -136,6 +136,18 @@ int64_t latent_bytes_per_token_layer(LatentFormat format, int dtype_bytes = 2);
 CacheCost latent_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size,
                             int dtype_bytes, int64_t budget_bytes);
 
+// DeepSeek Sparse Attention (DSA, chapter 14): every layer also caches the lightning
+// indexer's key of each token, 128 e4m3 bytes and a float32 scale, in a second pool under
+// the same block ids (ch08::PagedKV::indexer_pools). Bytes one token costs in one layer of
+// a DSA model: the latent row in `format` plus those 132 (DeepSeek-V3.2, fp8: 656 + 132 =
+// 788).
+int64_t dsa_bytes_per_token_layer(LatentFormat format, int dtype_bytes = 2);
+// The bill of a DSA model's two caches, num_layers layers of latent rows in `format` and
+// their indexer keys, paged in the same blocks of block_size tokens: latent_cache_cost's
+// fields, with dsa_bytes_per_token_layer a token and layer. Throws as latent_cache_cost does.
+CacheCost dsa_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size, LatentFormat format,
+                         int64_t budget_bytes, int dtype_bytes = 2);
+
 // The same bill for chapter 1's K/V cache of `cfg` (GQA or MHA; cfg.num_layers layers):
 // chapter 3's paged_memory_report underneath, so the two chapters cannot disagree.
 CacheCost kv_cache_cost(const std::vector<Request>& trace, const KVConfig& cfg, int block_size,

@@ -1,7 +1,8 @@
 """Chapter 8's golden cases: prefill attention over paged KV (varlen, causal).
 
 (The sampling_ and beams_ cases come from golden_ch08_sampling.py; the cascade decode
-cases, cascade_*/, are golden_ch08_cascade.py's.)
+cases, cascade_*/, are golden_ch08_cascade.py's. indexer_*/ are the DSA indexer pool's
+layout and writer, see indexer_arrays below.)
 
 prefill_<dtype>_d<D>_bs<BS>_g<group>_<tag>/ holds
   q               float32 [T, Hq, D]      the new tokens' queries, rounded to dtype
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dsa
 from .dtypes import round_to
 from .golden_ch04 import random_paged_cache
 from .golden_ch08_cascade import cascade_cases
@@ -132,10 +134,53 @@ def prefill_params(case):
     }
 
 
+# ---- The indexer pool (DSA): chapter 14's second cache, carried by chapter 8's PagedKV ------
+
+# (name, block_size, num_blocks, tokens): each case writes `tokens` keys to a permutation of
+# the pool's slots, with padding (-1) between them.
+CH08_INDEXER = [
+    ("indexer_bs8", 8, 5, 23),
+    ("indexer_bs16", 16, 3, 40),
+]
+
+
+def indexer_arrays(name, block_size, num_blocks, tokens):
+    """keys float32 [n, 128]: N(0,1) rows, plus an all-zero row (scale 1), a row with one
+    outlier (its small values land on e4m3 subnormals), and a row of -0.0 and negatives.
+    slot_mapping int64 [n + 3]: the tokens' slots, a permutation of the pool's, and three -1s.
+    pool uint8 [num_blocks, block_size * 132]: dsa.reshape_and_cache_indexer over a 0xFF pool.
+    key_offsets, scale_offsets int64 [num_blocks * block_size]: the layout's byte offsets of
+    every (block, offset), block-major."""
+    rng = np.random.default_rng(case_seed(name))
+    keys = rng.standard_normal((tokens, dsa.INDEX_HEAD_DIM)).astype(np.float32)
+    keys[1] = 0.0
+    keys[2] = rng.standard_normal(dsa.INDEX_HEAD_DIM).astype(np.float32) * 1e-3
+    keys[2, 7] = 300.0
+    keys[3] = -np.abs(keys[3])
+    keys[3, ::5] = -0.0
+    slots = rng.permutation(num_blocks * block_size)[:tokens].astype(np.int64)
+    padded = np.insert(slots, [0, tokens // 2, tokens], -1)
+    padded_keys = np.insert(keys, [0, tokens // 2, tokens], np.float32(7.0), axis=0)  # skipped rows
+    pool = dsa.reshape_and_cache_indexer(padded_keys, dsa.new_indexer_pool(num_blocks, block_size), padded)
+    blocks, offsets = np.divmod(np.arange(num_blocks * block_size), block_size)
+    return {
+        "keys": padded_keys,
+        "slot_mapping": padded,
+        "pool": pool,
+        "key_offsets": np.array([dsa.indexer_key_offset(b, o, block_size) for b, o in zip(blocks, offsets)],
+                                dtype=np.int64),
+        "scale_offsets": np.array([dsa.indexer_scale_offset(b, o, block_size) for b, o in zip(blocks, offsets)],
+                                  dtype=np.int64),
+    }
+
+
 def chapter_08(out_dir):
     """Chapter 8: prefill attention over paged KV, cascade decode attention, sampling and
-    beam selection."""
+    beam selection, and the indexer pool's layout and writer (DSA)."""
     for case in CH08_PREFILL:
         write_case(out_dir / case.name, prefill_arrays(case), prefill_params(case))
     cascade_cases(out_dir)
     chapter_08_sampling(out_dir)
+    for name, block_size, num_blocks, tokens in CH08_INDEXER:
+        write_case(out_dir / name, indexer_arrays(name, block_size, num_blocks, tokens),
+                   {"block_size": block_size, "num_blocks": num_blocks, "seed": case_seed(name)})

@@ -181,4 +181,21 @@ void swap_blocks(const std::vector<void*>& src_k, const std::vector<void*>& src_
     }
 }
 
+void copy_pool_blocks(const std::vector<void*>& src, const std::vector<void*>& dst, int64_t block_bytes,
+                      int src_blocks, int dst_blocks, const std::vector<ch07::BlockCopy>& copies,
+                      cudaMemcpyKind kind) {
+  PA_REQUIRE(src.size() == dst.size(), "copy_pool_blocks: " << src.size() << " source pools, " << dst.size()
+                                                            << " destination pools");
+  PA_REQUIRE(block_bytes >= 0, "copy_pool_blocks: block_bytes " << block_bytes << " is negative");
+  if (src.empty()) return;
+  for (const ch07::BlockCopy& c : copies)
+    PA_REQUIRE(c.src >= 0 && c.src < src_blocks && c.dst >= 0 && c.dst < dst_blocks,
+               "copy_pool_blocks: copy " << c.src << " -> " << c.dst << " is outside the pools (" << src_blocks
+                                         << " and " << dst_blocks << " blocks)");
+  for (size_t l = 0; l < src.size(); ++l)
+    for (const ch07::BlockCopy& c : copies)
+      PA_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(dst[l]) + c.dst * block_bytes,
+                               static_cast<const uint8_t*>(src[l]) + c.src * block_bytes, size_t(block_bytes), kind));
+}
+
 }  // namespace pa::ch08

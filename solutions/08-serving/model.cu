@@ -91,6 +91,27 @@ void convert(To* out, const From* in, int64_t count, cudaStream_t stream) {
     launch(convert_kernel<To, From>, dim3(unsigned((count + 255) / 256)), dim3(256), 0, stream, out, in, count);
 }
 
+// One block per token, one thread per key value: the row's amax, then its bytes and scale.
+__global__ void indexer_write_kernel(const float* k, uint8_t* pool, int block_size, const int64_t* slot_mapping) {
+  __shared__ float amax[kIndexHeadDim];
+  const int64_t i = blockIdx.x, slot = slot_mapping[i];
+  const int d = threadIdx.x;
+  const float x = k[i * kIndexHeadDim + d];
+  amax[d] = fabsf(x);
+  __syncthreads();
+  for (int stride = kIndexHeadDim / 2; stride > 0; stride /= 2) {
+    if (d < stride) amax[d] = fmaxf(amax[d], amax[d + stride]);
+    __syncthreads();
+  }
+  if (slot < 0) return;  // padding (every thread has passed the barriers)
+  const float q = amax[0] / 448.f;
+  const float scale = q > 0.f ? q : 1.f;  // an all-zero row: scale 1, as the reference's
+  const int64_t block = slot / block_size;
+  const int offset = int(slot % block_size);
+  pool[indexer_key_offset(block, offset, block_size) + d] = __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3);
+  if (d == 0) *reinterpret_cast<float*>(pool + indexer_scale_offset(block, offset, block_size)) = scale;
+}
+
 // Chapter 12's dense reference: one token per row b attends to the last `window` keys of
 // its dense cache (window 0: every key), with an optional sink logit per query head in the
 // softmax's denominator. One thread per (row, query head), two passes over the keys, fp32.
@@ -158,6 +179,7 @@ struct TinyModel::Weights {
   // [H, Hq * R]; per head h, W_UK[h] and W_UV[h] [L, D] (stored head after head), and
   // W_UK[h] transposed, [D, L], for the absorbed query.
   std::vector<DeviceBuffer<float>> w_dkv, w_kr, wq_rope, w_uk, w_uk_t, w_uv;
+  std::vector<DeviceBuffer<float>> w_ik;  // DSA, per layer: h -> the indexer's key [H, 128]
 };
 
 struct TinyModel::Scratch {
@@ -167,6 +189,7 @@ struct TinyModel::Scratch {
   // the latent output o_lat [n, Hq, L]; decompressed (dense): k_full, v_full, q_full and
   // attn_full [n, Hq, D + R]. The _c buffers: in the cache's type.
   DeviceBuffer<float> ckv, krope, qrope, qabs, olat, kfull, vfull, qfull, attnfull;
+  DeviceBuffer<float> ik;  // DSA: the indexer keys [n, 128]
   DeviceBuffer<uint8_t> ckv_c, krope_c, qabs_c, olat_c;
   DeviceBuffer<int> tokens, positions, decode_table, decode_lens, prefill_table, prefill_lens, qsl;
   DeviceBuffer<int64_t> slots;
@@ -191,6 +214,7 @@ struct TinyModel::Scratch {
       ensure(v_c, rows * c.num_kv_heads * D * 2);
       ensure(attn_c, rows * c.num_q_heads * D * 2);
     }
+    if (c.dsa) ensure(ik, rows * kIndexHeadDim);
     if (c.mla()) {
       const size_t L = size_t(c.latent_dim), R = size_t(c.rope_dim), Hq = size_t(c.num_q_heads);
       ensure(ckv, rows * L);
@@ -233,6 +257,22 @@ struct TinyModel::Scratch {
   }
 };
 
+namespace {
+// What a DSA model must be: a 128-wide index key, no layer groups.
+void check_dsa(const ModelConfig& c) {
+  if (!c.dsa) return;
+  PA_REQUIRE(c.index_head_dim == kIndexHeadDim, "a DSA model's index_head_dim must be " << kIndexHeadDim
+                                                    << " (the indexer pool's e4m3 key rows), got " << c.index_head_dim);
+  PA_REQUIRE(!c.hybrid(), "a DSA model has no windows or sinks (its layers are one group under one block table)");
+}
+}  // namespace
+
+int64_t ModelConfig::kv_bytes_per_token() const {
+  const int64_t index = dsa ? int64_t(num_layers) * kIndexBytesPerToken : 0;
+  if (mla()) return int64_t(num_layers) * (latent_dim + rope_dim) * elem_bytes() + index;
+  return 2ll * num_layers * num_kv_heads * head_size * elem_bytes() + index;
+}
+
 TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Scratch) {
   PA_REQUIRE(c.vocab_size > 0 && c.num_layers > 0 && c.ffn_size > 0,
              "vocab_size, num_layers and ffn_size must be positive");
@@ -251,6 +291,7 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
              "sinks: one per query head: expected " << c.num_q_heads << " logits (Hq), got " << c.sinks.size());
   for (float x : c.sinks) PA_REQUIRE(std::isfinite(x), "sinks: " << x << " is not a finite logit");
   PA_REQUIRE(!c.hybrid() || !c.mla(), "windows and sinks are for GQA models; chapter 11's MLA layers are all full");
+  check_dsa(c);
   if (!c.sinks.empty()) s_->sinks = DeviceBuffer<float>(c.sinks);
   const int H = c.hidden(), D = c.head_size, F = c.ffn_size;
   SplitMix64 rng(c.seed);
@@ -294,6 +335,9 @@ TinyModel::TinyModel(const ModelConfig& c) : cfg_(c), w_(new Weights), s_(new Sc
   }
   w_->final_norm = up(draw(rng, size_t(H), 0.1f, 1.f));
   w_->lm_head = up(draw(rng, size_t(H) * c.vocab_size, 2.f * a_h));
+  // Drawn last: a model without DSA keeps every weight it had.
+  if (c.dsa)
+    for (int l = 0; l < c.num_layers; ++l) w_->w_ik.push_back(up(draw(rng, size_t(H) * kIndexHeadDim, a_h)));
 }
 
 TinyModel::~TinyModel() = default;
@@ -353,6 +397,18 @@ float ModelConfig::attention_scale() const {
 
 PagedKV::PagedKV(const ModelConfig& c, int num_blocks, int block_size)
     : shape{num_blocks, block_size, c.num_kv_heads, c.head_size}, dtype(c.kv_dtype), latent(c.mla()) {
+  check_dsa(c);
+  if (c.dsa) {
+    PA_REQUIRE(num_blocks > 0, "PagedKV: num_blocks must be positive, got " << num_blocks);
+    PA_REQUIRE(block_size > 0 && block_size % 4 == 0,
+               "PagedKV: the indexer pool (DSA) needs a block size that is a multiple of 4 (so every row stays "
+               "16-byte aligned), got "
+                   << block_size);
+    for (int l = 0; l < c.num_layers; ++l) {
+      indexer_pools.emplace_back(size_t(num_blocks) * size_t(indexer_block_bytes(block_size)));
+      PA_CUDA_CHECK(cudaMemset(indexer_pools.back().get(), 0xFF, indexer_pools.back().bytes()));  // NaN
+    }
+  }
   if (latent) {
     PA_REQUIRE(num_blocks > 0 && block_size > 0, "PagedKV: num_blocks and block_size must be positive");
     shape = {num_blocks, block_size, 1, c.latent_dim + c.rope_dim};
@@ -372,6 +428,11 @@ std::vector<void*> PagedKV::k_pools() {
   with_kv_type(dtype, [&](auto t) {
     for (auto& p : layers<decltype(t)>()) out.push_back(p.k.get());
   });
+  return out;
+}
+std::vector<void*> PagedKV::index_pools() {
+  std::vector<void*> out;
+  for (auto& p : indexer_pools) out.push_back(p.get());
   return out;
 }
 std::vector<void*> PagedKV::v_pools() {
@@ -507,6 +568,10 @@ void TinyModel::check_step(const StepInput& in, const PagedKV& kv, const char* w
                                             << dtype_name(cfg_.kv_dtype) << " KV");
   PA_REQUIRE(kv.latent == cfg_.mla(), who << ": a " << (kv.latent ? "latent (MLA)" : "K/V") << " cache for "
                                           << (cfg_.mla() ? "an MLA" : "a GQA") << " model");
+  PA_REQUIRE(kv.indexer_pools.size() == (cfg_.dsa ? size_t(cfg_.num_layers) : 0),
+             who << ": " << (cfg_.dsa ? "a DSA model needs an indexer pool per layer; the cache has "
+                                      : "a model without DSA, a cache with ")
+                 << kv.indexer_pools.size() << " indexer pools");
   PA_REQUIRE(n > 0, who << ": a step needs at least one token");
   PA_REQUIRE(in.positions.size() == size_t(n) && md.slot_mapping.size() == size_t(n),
              who << ": tokens, positions and slot_mapping differ in length");
@@ -519,6 +584,25 @@ void TinyModel::check_step(const StepInput& in, const PagedKV& kv, const char* w
   for (int64_t slot : md.slot_mapping)
     PA_REQUIRE(slot >= 0 && slot < int64_t(kv.shape.num_blocks) * kv.shape.block_size,
                "slot " << slot << " is outside the pool");
+}
+
+void reshape_and_cache_indexer(const float* k, int num_tokens, uint8_t* indexer_pool, int block_size,
+                               const int64_t* slot_mapping, cudaStream_t stream) {
+  PA_REQUIRE(num_tokens >= 0 && block_size > 0 && block_size % 4 == 0,
+             "reshape_and_cache_indexer: " << num_tokens << " tokens, block_size " << block_size
+                                           << " (a positive multiple of 4)");
+  if (num_tokens > 0)
+    launch(indexer_write_kernel, dim3(unsigned(num_tokens)), dim3(kIndexHeadDim), 0, stream, k, indexer_pool,
+           block_size, slot_mapping);
+}
+
+// DSA: the layer's indexer key of each new row, h W_IK rotated by its position (one head of
+// 128), quantized into the layer's indexer pool. (DeepSeek-V3.2 also normalizes it and
+// applies a Hadamard rotation; a tiny model leaves both out.)
+void TinyModel::write_index_keys(Scratch& s, int l, int n, PagedKV& kv, const int64_t* slots, cudaStream_t stream) {
+  matmul(s.ik.get(), s.h.get(), w_->w_ik[size_t(l)].get(), n, cfg_.hidden(), kIndexHeadDim, false, stream);
+  launch(rope_kernel, dim3(n), dim3(kThreads), 0, stream, s.ik.get(), s.positions.get(), 1, kIndexHeadDim);
+  reshape_and_cache_indexer(s.ik.get(), n, kv.indexer_pools[size_t(l)].get(), kv.shape.block_size, slots, stream);
 }
 
 std::vector<float> TinyModel::forward_paged(const StepInput& in, PagedKV& kv) {
@@ -563,12 +647,14 @@ std::vector<float> TinyModel::forward_latent_as(const StepInput& in, PagedKV& kv
   cache.latent_dim = L;
   cache.rope_dim = R;
   step_attention_->plan(std::vector<ch03::BatchMetadata>{md}, cache);
+  if (cfg_.dsa) s.slots = DeviceBuffer<int64_t>(md.slot_mapping);
   C* ckv = reinterpret_cast<C*>(s.ckv_c.get());
   C* krope = reinterpret_cast<C*>(s.krope_c.get());
   C* qabs = reinterpret_cast<C*>(s.qabs_c.get());
   C* olat = reinterpret_cast<C*>(s.olat_c.get());
   run(s, n, s.tokens.get(), s.positions.get(), nullptr, [&](int l) {
     void* pool = kv.latent_pools[size_t(l)].get();
+    if (cfg_.dsa) write_index_keys(s, l, n, kv, s.slots.get(), nullptr);
     for (int h = 0; h < Hq; ++h)  // q_nope[:, h] W_UK[h]^T: the first L columns of q_abs[:, h]
       matmul(s.qabs.get() + int64_t(h) * (L + R), s.q.get() + h * D,
              w_->w_uk_t[size_t(l)].get() + int64_t(h) * D * L, n, D, L, false, nullptr, int64_t(Hq) * D,
@@ -694,6 +780,7 @@ std::vector<float> TinyModel::forward_paged_as(const StepInput& in, PagedKV& kv)
     ch02::KVPool<C>& pool = kv.layers<C>()[size_t(cfg_.layer_slot(l))];  // l, unless hybrid
     group = grouped ? cfg_.layer_group(l) : 0;
     const int64_t* slots = grouped && !in.groups.empty() ? s.group_slots[size_t(group)].get() : s.slots.get();
+    if (cfg_.dsa) write_index_keys(s, l, n, kv, slots, nullptr);
     s.cache_attention<C>(n, cfg_, kv.shape, pool, slots, nullptr,
                          [&](C* attn, const C* q) { attend(pool, attn, q); });
   });
@@ -742,6 +829,7 @@ std::vector<float> TinyModel::forward_decode_graph(const StepInput& in, PagedKV&
   PA_REQUIRE(!step_attention_, "forward_decode_graph: graphs replay chapter 5's decode, not a step attention");
   PA_REQUIRE(!cfg_.mla(), "forward_decode_graph: an MLA model runs through its step attention, not chapter 5's graphs");
   PA_REQUIRE(!cfg_.hybrid(), "forward_decode_graph: a hybrid model (windows or sinks) runs through its step attention");
+  PA_REQUIRE(!cfg_.dsa, "forward_decode_graph: the graphs do not write a DSA model's indexer keys; use forward_paged");
   check_step(in, kv, "forward_decode_graph");
   const ch03::BatchMetadata& md = in.batch;
   const int B = md.num_seqs, M = max_blocks_per_seq, bs = kv.shape.block_size;

@@ -42,6 +42,7 @@ HybridEngine::HybridEngine(ch08::TinyModel& model, const HybridEngineConfig& cfg
   PA_REQUIRE(cfg.max_num_seqs > 0 && cfg.max_tokens_per_step > 0 && cfg.max_seq_len > 0,
              "max_num_seqs, max_tokens_per_step and max_seq_len must be positive");
   PA_REQUIRE(!model.config().mla(), "HybridEngine: an MLA model runs in chapter 8's Engine");
+  PA_REQUIRE(!model.config().dsa, "HybridEngine: a DSA model's indexer pools move with chapter 8's Engine; serve it there");
   PA_REQUIRE(cfg.num_swap_blocks >= 0, "num_swap_blocks must not be negative");
   host_alloc_.reset(new ch02::BlockAllocator(std::max(cfg.num_swap_blocks, 1)));
   for (size_t i = 0; i < kv_.k_pools().size(); ++i) {

@@ -86,6 +86,45 @@ TEST(LatentMemory, AgreesWithChapter3AndDoesNotOverflow) {
   EXPECT_GT(rep.mla.seqs_in_budget, 50 * rep.mha.seqs_in_budget);
 }
 
+// DeepSeek Sparse Attention (chapter 14): the indexer's 128 e4m3 bytes and float32 scale
+// join the latent row of every token and layer (reference/pa_ref/dsa.py's 132 bytes).
+TEST(LatentMemory, DsaAddsTheIndexersBytes) {
+  EXPECT_EQ(ch11::dsa_bytes_per_token_layer(ch11::LatentFormat::fp8_e4m3), 788)
+      << "DeepSeek-V3.2: the 656-byte fp8 latent row + the indexer's 128 + 4";
+  EXPECT_EQ(ch11::dsa_bytes_per_token_layer(ch11::LatentFormat::bits16, 2), 1152 + 132);
+  // Hand-worked: 2 layers, blocks of 16; the requests of 16 and 1 tokens hold 1 + 1 blocks,
+  // a block of every layer is 16 x 2 x 788 = 25,216 bytes.
+  const ch11::CacheCost c =
+      ch11::dsa_cache_cost({{10, 6}, {1, 0}}, 2, 16, ch11::LatentFormat::fp8_e4m3, 1'000'000);
+  EXPECT_EQ(c.bytes_per_token_layer, 788);
+  EXPECT_EQ(c.bytes_per_token, 1576);
+  EXPECT_EQ(c.blocks_in_budget, 39) << "1,000,000 / 25,216 = 39.7, rounded down";
+  EXPECT_EQ(c.seqs_in_budget, 39) << "(1,000,000 x 2) / (2 blocks x 25,216) = 39.7, rounded down";
+  // DeepSeek-V3.2's 61 layers, 80 GiB, blocks of 64, on the course's trace: what the indexer
+  // costs against the fp8 latent cache alone (656 of the 788 bytes).
+  const auto trace = synthetic_trace();
+  const int64_t budget = int64_t(80) << 30;
+  const auto dsa = ch11::dsa_cache_cost(trace, 61, 64, ch11::LatentFormat::fp8_e4m3, budget);
+  EXPECT_EQ(dsa.bytes_per_token, 61 * 788);
+  EXPECT_EQ(dsa.blocks_in_budget, budget / (64 * 61 * 788));
+  KVConfig same;  // chapter 3's bill for the same bytes: one head of 394 bytes, K and V
+  same.num_layers = 61;
+  same.num_kv_heads = 1;
+  same.head_size = 394;
+  same.dtype_bytes = 1;
+  EXPECT_EQ(dsa.seqs_in_budget, ch03::paged_memory_report(trace, same, 64, budget).paged_seqs_in_budget);
+  // Chapter 8's DSA model in 16 bits costs what this bill says a token costs.
+  ch08::ModelConfig mc;
+  mc.attention = ch08::AttentionKind::mla;
+  mc.kv_dtype = DType::bf16;
+  mc.dsa = true;
+  EXPECT_EQ(mc.kv_bytes_per_token(), mc.num_layers * ch11::dsa_bytes_per_token_layer(ch11::LatentFormat::bits16, 2));
+  EXPECT_TRUE(error_contains(
+      [] { ch11::dsa_cache_cost({}, 61, 64, ch11::LatentFormat::fp8_e4m3, 1000); }, "dsa_cache_cost: the trace is empty"));
+  EXPECT_TRUE(error_contains([] { ch11::dsa_cache_cost({{1, 1}}, 61, 64, ch11::LatentFormat::fp8_e4m3, 1000, 4); },
+                             "dtype_bytes 2"));
+}
+
 TEST(LatentMemory, Errors) {
   EXPECT_TRUE(error_contains([] { ch11::latent_cache_cost({}, 61, 64, 2, 1000); }, "the trace is empty"));
   EXPECT_TRUE(error_contains([] { ch11::latent_cache_cost({{1, 1}}, 61, 0, 2, 1000); }, "block_size must be positive"));
