@@ -53,6 +53,7 @@ def test_cpp_holds_the_mirrored_expressions():
     assert "no swizzle: start + (r % 8) * 16 + (r / 8) * SBO + (k / T) * LBO + (k % T) * size" in wg
     lay = source("solutions/13-hopper-async/stage_layout.cuh")
     assert "static constexpr int kTokens = D > 128 ? 64 : 128;" in lay
+    assert "static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;" in lay
     assert "static constexpr int kQBytes = kCtaRows * D * 2;" in lay
     assert "return base + S::kQBytes + stage * S::kStageBytes; }" in lay
     assert "kSlabs" not in lay
@@ -74,7 +75,7 @@ def test_cpp_holds_the_mirrored_expressions():
             "static_cast<WgmmaSwizzle>(bs * 2));") in lay
     assert "return wgmma_descriptor(sm.v_box(stage, 2 * ks, bs), uint32_t(bs * D * 2), 128, WgmmaSwizzle::None);" in lay
     pipe = source("solutions/13-hopper-async/stage_pipeline.cuh")
-    assert "for (int c = 0; c < D / 8; ++c) tma_load_5d(sm.k_box(stage, p, c, bs), k_map, 0, 0, c, kv_head, block," in pipe
+    assert "for (int c = lane; c < D / 8; c += 32) tma_load_5d(sm.k_box(stage, p, c, bs), k_map, 0, 0, c, kv_head, block," in pipe
     assert "mbarrier_wait_parity(sm.empty(stage), ((n / S::kStages) & 1) ^ 1);" in pipe
     sched = source("solutions/13-hopper-async/wgmma_schedule.cuh")
     assert "const unsigned phase = (n / S::kStages) & 1;" in sched

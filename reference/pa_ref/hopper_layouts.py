@@ -60,7 +60,8 @@ def tile_shape(D):
     tokens = 64 if D > 128 else 128
     q_bytes = CTA_ROWS * D * 2
     k_bytes = v_bytes = tokens * D * 2
-    return {"tokens": tokens, "stages": 2, "q_bytes": q_bytes, "k_bytes": k_bytes,
+    stages = 4 if D == 64 else 3 if D == 128 else 2  # as many as fit beside Q in 227 KB
+    return {"tokens": tokens, "stages": stages, "q_bytes": q_bytes, "k_bytes": k_bytes,
             "v_bytes": v_bytes, "stage_bytes": k_bytes + v_bytes}
 
 
