@@ -83,7 +83,8 @@ def test_cpp_holds_the_mirrored_expressions():
     kern = source("solutions/13-hopper-async/prefill_kernel.cuh")
     assert "mbarrier_init(sm.empty(s), 2); // one arrival per consumer warpgroup" in kern
     math = source("solutions/13-hopper-async/tile_math.cuh")
-    assert "swizzle_address(base + uint32_t((c / 8) * 64 * 128 + r * 128 + (c % 8) * 16), 128);" in math
+    assert "swizzle_address(base + q_chunk_offset(r, c), 128);" in math
+    assert "return uint32_t((c / 8) * 64 * 128 + r * 128 + (c % 8) * 16);" in lay
     assert "p[i / 8][(i % 8) / 2] = pack_pair<T>(e0, e1);" in math
     assert "inline constexpr int kCtaRows = 128;" in source("include/pa/ch13_hopper.h")
     tma = source("include/pa/hopper/tma.h")

@@ -30,8 +30,7 @@ __device__ void load_q(const PrefillArgs<T>& a, const PrefillItem& it, unsigned 
       const int64_t token = q_start + row / G, head = int64_t(it.kv_head) * G + row % G;
       v = reinterpret_cast<const uint4*>(a.q + (token * a.num_q_heads + head) * D)[c];
     }
-    const uint32_t at =
-        swizzle_address(base + uint32_t((c / 8) * 64 * 128 + r * 128 + (c % 8) * 16), 128);
+    const uint32_t at = swizzle_address(base + q_chunk_offset(r, c), 128);
     *reinterpret_cast<uint4*>(q_s + (at - base)) = v;
   }
   fence_proxy_async();

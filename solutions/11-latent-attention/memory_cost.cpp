@@ -16,16 +16,22 @@ int64_t latent_bytes_per_token_layer(LatentFormat format, int dtype_bytes) {
   return kFp8RowBytes;  // 512 e4m3 bytes + 4 fp32 scales + 64 16-bit RoPE values: 656
 }
 
+// The arguments of a cache's bill, checked: the message names the function `who`.
+static void check_bill(const char* who, const std::vector<Request>& trace, int num_layers, int block_size,
+                       int dtype_bytes, int64_t budget_bytes) {
+  PA_REQUIRE(!trace.empty(), who << ": the trace is empty");
+  PA_REQUIRE(num_layers > 0, who << ": num_layers must be positive, got " << num_layers);
+  PA_REQUIRE(block_size > 0, who << ": block_size must be positive, got " << block_size);
+  PA_REQUIRE(dtype_bytes > 0, who << ": dtype_bytes must be positive, got " << dtype_bytes);
+  PA_REQUIRE(budget_bytes > 0, who << ": budget_bytes must be positive, got " << budget_bytes);
+  for (const Request& r : trace)
+    PA_REQUIRE(r.prompt_len >= 0 && r.output_len >= 0, who << ": a request of negative length");
+}
+
 // ANCHOR: latent_cost
 CacheCost latent_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size,
                             int dtype_bytes, int64_t budget_bytes) {
-  PA_REQUIRE(!trace.empty(), "latent_cache_cost: the trace is empty");
-  PA_REQUIRE(num_layers > 0, "latent_cache_cost: num_layers must be positive, got " << num_layers);
-  PA_REQUIRE(block_size > 0, "latent_cache_cost: block_size must be positive, got " << block_size);
-  PA_REQUIRE(dtype_bytes > 0, "latent_cache_cost: dtype_bytes must be positive, got " << dtype_bytes);
-  PA_REQUIRE(budget_bytes > 0, "latent_cache_cost: budget_bytes must be positive, got " << budget_bytes);
-  for (const Request& r : trace)
-    PA_REQUIRE(r.prompt_len >= 0 && r.output_len >= 0, "latent_cache_cost: a request of negative length");
+  check_bill("latent_cache_cost", trace, num_layers, block_size, dtype_bytes, budget_bytes);
   const int64_t n = int64_t(trace.size());
   // TODO(ch11): return the latent cache's CacheCost (include/pa/ch11_mla.h: each field as its
   //   comment there defines it) for num_layers layers of latent rows of dtype_bytes values,
@@ -79,13 +85,7 @@ int64_t dsa_bytes_per_token_layer(LatentFormat format, int dtype_bytes) {
 // token's bytes, in bytes, costs what the two DSA pools cost.
 CacheCost dsa_cache_cost(const std::vector<Request>& trace, int num_layers, int block_size, LatentFormat format,
                          int64_t budget_bytes, int dtype_bytes) {
-  PA_REQUIRE(!trace.empty(), "dsa_cache_cost: the trace is empty");
-  PA_REQUIRE(num_layers > 0, "dsa_cache_cost: num_layers must be positive, got " << num_layers);
-  PA_REQUIRE(block_size > 0, "dsa_cache_cost: block_size must be positive, got " << block_size);
-  PA_REQUIRE(dtype_bytes > 0, "dsa_cache_cost: dtype_bytes must be positive, got " << dtype_bytes);
-  PA_REQUIRE(budget_bytes > 0, "dsa_cache_cost: budget_bytes must be positive, got " << budget_bytes);
-  for (const Request& r : trace)
-    PA_REQUIRE(r.prompt_len >= 0 && r.output_len >= 0, "dsa_cache_cost: a request of negative length");
+  check_bill("dsa_cache_cost", trace, num_layers, block_size, dtype_bytes, budget_bytes);
   const int64_t per_layer = dsa_bytes_per_token_layer(format, dtype_bytes);
   KVConfig same;
   same.num_layers = num_layers;

@@ -67,8 +67,14 @@ struct Smem {
 };
 // ANCHOR_END: smem
 
-// Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows: slabs of 64 rows x 128
-// bytes (64 dims), 128-byte swizzle (load_q writes them so); each k-step 32 bytes further.
+// Where 16-byte chunk c (dims 8 c .. 8 c + 7) of row r of a warpgroup's Q sits, before the
+// 128-byte swizzle: slabs of 64 rows x 128 bytes (64 dims).
+__host__ __device__ constexpr uint32_t q_chunk_offset(int r, int c) {
+  return uint32_t((c / 8) * 64 * 128 + r * 128 + (c % 8) * 16);
+}
+
+// Q's descriptor at k-step ks (16 dims) of warpgroup wg's 64 rows, laid out by q_chunk_offset
+// and swizzled by 128 bytes (load_q writes them so); each k-step 32 bytes further.
 __device__ inline uint64_t q_desc(const unsigned char* q_s, int ks) {
   return wgmma_descriptor(q_s + (ks / 4) * (64 * 128) + (ks % 4) * 32, 16, 1024, WgmmaSwizzle::B128);
 }

@@ -11,6 +11,7 @@
 #include "../10-varlen-attention/long_batch.h"
 #include "../10-varlen-attention/varlen_case.h"
 #include "../emu/schedules.h"
+#include "need_hopper.h"
 #include "pa/ch13_hopper.h"
 
 namespace {
@@ -19,8 +20,6 @@ using pa::ch13::HopperPrefill;
 using pa::test::GoldenCase;
 using pa::test::VarlenCase;
 
-#define PA_NEED_HOPPER() \
-  if (!pa::ch13::hopper_device()) GTEST_SKIP() << "needs a Hopper GPU (sm_90)"
 
 // Chapter 10's cases this kernel takes: the cache in the queries' dtype, head sizes 64, 128, 256.
 std::vector<std::string> hopper_cases() {

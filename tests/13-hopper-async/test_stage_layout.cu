@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compare.h"
+#include "need_hopper.h"
 #include "pa/launch.h"
 #include "stage_pipeline.cuh"
 #include "tile_math.cuh"
@@ -22,8 +23,6 @@ namespace {
 using pa::ch13::Smem;
 using pa::ch13::TileShape;
 
-#define PA_NEED_HOPPER() \
-  if (!pa::ch13::hopper_device()) GTEST_SKIP() << "needs a Hopper GPU (sm_90)"
 
 // One warpgroup: loads the stage's pages (page p from blocks[p], KV head kv_head), then for
 // each 64-dim pass of K and each 64-token pass of V a one-hot product, written to
@@ -62,7 +61,7 @@ __global__ void stage_read_kernel(const __grid_constant__ pa::TensorMap k_map,
   for (int d0 = 0; d0 < D; d0 += 64) {
     for (int i = t; i < 64 * D; i += 128) {
       const int r = i / D, d = i % D;
-      const uint32_t at = pa::swizzle_address(base + uint32_t((d / 64) * 64 * 128 + r * 128 + (d % 64) * 2), 128);
+      const uint32_t at = pa::swizzle_address(base + pa::ch13::q_chunk_offset(r, d / 8) + (d % 8) * 2, 128);
       *reinterpret_cast<T*>(e + (at - base)) = pa::from_float<T>(d == d0 + r ? 1.f : 0.f);
     }
     pa::fence_proxy_async();

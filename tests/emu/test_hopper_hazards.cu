@@ -714,6 +714,49 @@ TEST(HopperWgmmaHazards, AMissingWgmmaFenceIsNamed) {
                                       "no wgmma_fence() since."));
 }
 
+// ---- A's registers (wgmma_mma_async_rs): two k-steps from two register sets after one fence
+// are right (each set is checked on its own); a set rewritten by ordinary code and read again
+// with no wgmma_fence in between is named, with the wgmma that read it before (mode 1). ------
+constexpr int kRsReadLine = __LINE__ + 13;
+__global__ void a_registers_kernel(int mode, float* out) {
+  PA_DYNAMIC_SHARED(unsigned char, smem);
+  const WgTiles s = wg_tiles(smem);
+  wg_fill(s, 1.f, 1.f);
+  pa::fence_proxy_async();
+  __syncthreads();
+  pa::WgmmaAcc<8> acc;
+  for (int i = 0; i < 4; ++i) acc.d[i] = 0.f;
+  uint32_t a[2][4];
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 4; ++j) a[k][j] = 0x3C003C00u;  // two fp16 ones
+  pa::wgmma_fence();
+  pa::wgmma_mma_async_rs<pa::half>(acc, a[0], wg_desc(s.b));
+  pa::wgmma_mma_async_rs<pa::half>(acc, a[1], wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+  if (mode == 1) a[0][0] = 0;  // ordinary code rewrites A's registers, and no fence follows
+  pa::wgmma_mma_async_rs<pa::half>(acc, a[0], wg_desc(s.b));
+  pa::wgmma_commit_group();
+  pa::wgmma_wait_group<0>(acc);
+  out[threadIdx.x] = acc.d[0];
+}
+
+TEST(HopperWgmmaHazards, ARegistersRewrittenWithoutAFenceAreNamed) {
+  pa::DeviceBuffer<float> out(128);
+  for (const char* order : kOrders) {
+    ScheduleScope scope(order);
+    EXPECT_EQ(error_of([&] { pa::launch(a_registers_kernel, dim3(1), dim3(128), kWgShared, nullptr, 0, out.get()); }),
+              "(no error)");
+    EXPECT_EQ(out.download()[7], 48.f);  // three k16 products of ones
+  }
+  const std::string msg = error_of([&] {
+    pa::launch(a_registers_kernel, dim3(1), dim3(128), kWgShared, nullptr, 1, out.get());
+  });
+  EXPECT_TRUE(contains_text(msg, "emulator wgmma check: wgmma_mma_async_rs<fp16> m64n8k16"));
+  EXPECT_TRUE(contains_text(msg, "changed A's registers since the wgmma at " + wg_course_line(kRsReadLine) +
+                                     " read them, with no wgmma_fence() in between"));
+}
+
 // ---- .sync.aligned: a warpgroup whose threads pass different descriptors (mode 1), a block
 // too small for a warpgroup (mode 2), a warp that skips the wgmma (mode 3: a deadlock). -----
 constexpr int kAlignedLine = __LINE__ + 12;
